@@ -1,0 +1,26 @@
+.PHONY: help install fmt lint test image migrate run
+
+help:     ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+install:  ## virtualenv with Sandhive and its dev tools
+	python3 -m venv .venv && .venv/bin/pip install -q -U pip && .venv/bin/pip install -q -e '.[dev]'
+
+fmt:      ## rewrite code in place
+	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
+
+lint:     ## what CI enforces; writes nothing
+	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports
+
+test:     ## every test, against real Postgres, Redis and Docker
+	.venv/bin/pytest
+
+image:    ## the sandbox image, base built from Debian packages (no registry needed)
+	.venv/bin/sandhive image build --offline
+
+migrate:  ## apply migrations to SANDHIVE_DATABASE_URL
+	.venv/bin/sandhive migrate
+
+run:      ## migrate, then the API on 127.0.0.1:8000 and one worker; Ctrl-C stops both
+	.venv/bin/sandhive migrate
+	trap 'kill 0' INT TERM; .venv/bin/sandhive worker & .venv/bin/sandhive serve --port 8000; wait

@@ -1,0 +1,146 @@
+"""The agent loop of the paper: ask the model, run its first tool call, answer, repeat.
+
+Shaped after the reference package (REFERENCE.md §1.3): history starts as
+[system, user]; before every call "\\nSteps Remaining: N" is appended to the
+newest message and stays there; only the first tool call runs; a turn with no
+tool call gets the continue nudge as a user message; `submit` ends the run.
+Sandhive adds: a wall-clock timeout, a context budget that ends the run
+cleanly, usage accounting and an event sink for every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+
+from app.agent.tools import NO_TOOL_CALL_NUDGE, ToolContext, ToolResult, run_tool, tool_schemas
+from app.agent.types import (
+    Action,
+    AgentSpec,
+    ChatModel,
+    Completion,
+    EventSink,
+    Message,
+    Outcome,
+    Sandbox,
+    Step,
+    ToolCall,
+)
+from app.errors import LLMError, SandboxError
+from app.ids import utc_now
+from app.states import FinishReason
+
+SKIPPED_CALL = "Error: only the first tool call of a turn is executed; this call was not run."
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """Characters / 4: the package's own fallback, good enough to stop before the model does."""
+    return len(json.dumps(messages, ensure_ascii=False)) // 4
+
+
+async def run_agent(spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink) -> Outcome:
+    """Run one task to its end; never raises for model, sandbox or time failures."""
+    outcome = Outcome(finish_reason=FinishReason.max_steps)
+    try:
+        async with asyncio.timeout(spec.timeout_s):
+            await _loop(spec, box, model, sink, outcome)
+    except TimeoutError:
+        _finish(outcome, FinishReason.timeout, f"task exceeded its timeout of {spec.timeout_s} s")
+    except LLMError as exc:
+        _finish(outcome, FinishReason.llm_error, exc.message)
+    except SandboxError as exc:
+        _finish(outcome, FinishReason.sandbox_error, exc.message)
+    return outcome
+
+
+async def _loop(
+    spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink, outcome: Outcome
+) -> None:
+    messages: list[Message] = [
+        {"role": "system", "content": spec.system_prompt},
+        {"role": "user", "content": spec.user_prompt},
+    ]
+    tools = tool_schemas(spec.tools_profile)
+    ctx = ToolContext(
+        box=box,
+        profile=spec.tools_profile,
+        workdir=spec.workdir,
+        command_timeout_s=spec.command_timeout_s,
+        on_output=None,
+    )
+    for index in range(spec.max_steps):
+        messages[-1]["content"] = (
+            f"{messages[-1]['content']}\nSteps Remaining: {spec.max_steps - index}"
+        )
+        if estimate_tokens(messages) > spec.max_context_tokens:
+            limit = spec.max_context_tokens
+            _finish(outcome, FinishReason.context_limit, f"conversation exceeds {limit} tokens")
+            return
+        await sink.step_started(index)
+        step = await _step(index, messages, tools, ctx, model, outcome)
+        await sink.step_completed(step)
+        if outcome.finish_reason is FinishReason.submitted:
+            return
+
+
+async def _step(
+    index: int,
+    messages: list[Message],
+    tools: list[dict[str, object]],
+    ctx: ToolContext,
+    model: ChatModel,
+    outcome: Outcome,
+) -> Step:
+    step = Step(index=index, started_at=utc_now())
+    started = time.monotonic()
+    completion = await model.complete(messages, tools)
+    step.llm_ms = int((time.monotonic() - started) * 1000)
+    _account_llm(outcome, step, completion)
+    messages.append(completion.message)
+    if not completion.tool_calls:
+        step.observation = NO_TOOL_CALL_NUDGE
+        messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
+        return step
+    call = completion.tool_calls[0]
+    result = await _run_call(call, ctx, step, outcome)
+    messages.append(_tool_message(call, result.observation))
+    if ctx.profile != "reference":
+        # Strict OpenAI-style APIs reject a history with unanswered tool-call ids.
+        messages.extend(_tool_message(extra, SKIPPED_CALL) for extra in completion.tool_calls[1:])
+    return step
+
+
+async def _run_call(call: ToolCall, ctx: ToolContext, step: Step, outcome: Outcome) -> ToolResult:
+    step.action = Action(tool=call.name, arguments=call.arguments or {})
+    started = time.monotonic()
+    result = await run_tool(call, ctx)
+    step.tool_ms = int((time.monotonic() - started) * 1000)
+    outcome.usage.sandbox_seconds += step.tool_ms / 1000
+    step.observation = result.observation
+    step.exit_code = result.exit_code
+    if result.done:
+        outcome.finish_reason = FinishReason.submitted
+    return result
+
+
+def _account_llm(outcome: Outcome, step: Step, completion: Completion) -> None:
+    step.thought = completion.content
+    step.reasoning = completion.reasoning
+    step.prompt_tokens = completion.prompt_tokens
+    step.completion_tokens = completion.completion_tokens
+    outcome.usage.steps += 1
+    outcome.usage.prompt_tokens += completion.prompt_tokens
+    outcome.usage.completion_tokens += completion.completion_tokens
+    outcome.usage.llm_seconds += step.llm_ms / 1000
+    outcome.steps.append(step)
+
+
+def _tool_message(call: ToolCall, content: str) -> Message:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+
+
+def _finish(outcome: Outcome, reason: FinishReason, error: str) -> None:
+    outcome.finish_reason = reason
+    outcome.error = error

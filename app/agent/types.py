@@ -1,0 +1,146 @@
+"""The seams of the agent: what it needs from a sandbox, a model and an event sink.
+
+Drivers (`app.sandbox`, `app.llm`) implement these Protocols; the worker and
+`sandhive run` provide sinks. Only stdlib and `app.states`/`app.errors` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from app.states import FinishReason
+
+Message = dict[str, Any]
+"""One chat message in OpenAI wire form (role, content, tool_calls, ...)."""
+
+ToolSchema = dict[str, Any]
+"""One tool in OpenAI function-calling form."""
+
+OutputCallback = Callable[[str, bytes], Awaitable[None]]
+"""Called with ("stdout" | "stderr", chunk) while a command runs."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+
+
+class Sandbox(Protocol):
+    """A running Linux computer the agent can run programs in."""
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run argv to completion; stdout and stderr kept apart. Raises SandboxError."""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    """Decoded JSON object, or None when the model sent something that is not one."""
+    raw_arguments: str = ""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model answer, as the loop needs it."""
+
+    message: Message
+    """The assistant message to append to history verbatim."""
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatModel(Protocol):
+    """An LLM behind an OpenAI-compatible (or other) chat API."""
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> Completion:
+        """One completion with tools offered. Raises LLMError after bounded retries."""
+        ...
+
+
+@dataclass(frozen=True)
+class Action:
+    tool: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Step:
+    """One LLM turn and the tool call it made, as stored and streamed."""
+
+    index: int
+    started_at: datetime
+    thought: str = ""
+    reasoning: str = ""
+    action: Action | None = None
+    observation: str = ""
+    exit_code: int | None = None
+    llm_ms: int = 0
+    tool_ms: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class EventSink(Protocol):
+    """Where the loop reports progress: Postgres + Redis in the worker, a terminal locally."""
+
+    async def step_started(self, index: int) -> None: ...
+
+    async def step_completed(self, step: Step) -> None: ...
+
+    async def live(self, kind: str, data: Mapping[str, object]) -> None:
+        """A live-only event (`llm.delta`, `tool.output`): may be dropped."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything the loop needs to know about one task, already resolved and capped."""
+
+    system_prompt: str
+    user_prompt: str
+    max_steps: int = 100
+    timeout_s: float | None = None
+    command_timeout_s: int = 120
+    max_context_tokens: int = 65536
+    tools_profile: str = "standard"
+    workdir: str = "/testbed"
+
+
+@dataclass
+class Usage:
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_seconds: float = 0.0
+    sandbox_seconds: float = 0.0
+
+
+@dataclass
+class Outcome:
+    finish_reason: FinishReason
+    steps: list[Step] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None

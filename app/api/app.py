@@ -1,0 +1,32 @@
+"""`create_app(settings)`: the FastAPI application, its lifespan, routers and error handlers.
+
+The lifespan opens the process's `Resources` and hands them to every request
+through lifespan state; nothing lives in module globals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from app import __version__
+from app.api import artifacts, errors, ops, stream, tasks
+from app.api.deps import Resources, open_resources
+from app.config import Settings
+
+ROUTERS: tuple[APIRouter, ...] = (ops.router, tasks.router, artifacts.router, stream.router)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Resources]]:
+        async with open_resources(settings) as res:
+            yield {"res": res}
+
+    app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,71 @@
+"""Every non-2xx answer in the contract's shape: `{"error": {code, message, details}}`.
+
+`install` registers one handler per kind of failure: our `AppError`s, request
+validation, Starlette's HTTP errors (unknown route, wrong method) and anything
+unexpected (500, logged, never a stack trace in the body).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AppError
+
+log = logging.getLogger(__name__)
+
+_CODES = {413: "too_large", 422: "invalid_input"}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
+    return error_response(exc.status, exc.code, exc.message, exc.details)
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    # Only where and what: echoing `input` could send a huge or secret value back.
+    details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+    return error_response(422, "invalid_input", "the request is not valid", details)
+
+
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    phrase = _phrase(exc.status_code)
+    code = _CODES.get(exc.status_code, phrase.lower().replace(" ", "_").replace("-", "_"))
+    message = exc.detail if isinstance(exc.detail, str) else phrase
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "HTTP error"
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal", "internal server error")
+
+
+def install(app: FastAPI) -> None:
+    app.exception_handler(AppError)(_app_error)
+    app.exception_handler(RequestValidationError)(_validation_error)
+    app.exception_handler(StarletteHTTPException)(_http_error)
+    app.exception_handler(Exception)(_unexpected)

@@ -1,0 +1,191 @@
+"""`/v1/tasks`: submit (JSON or multipart), list, read one, read its trajectory.
+
+Routes parse, call `services.tasks`, and answer; nothing else lives here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.routing import APIRoute
+from pydantic import ValidationError
+from starlette.datastructures import FormData, UploadFile
+from starlette.routing import Match
+from starlette.types import Scope
+
+from app.api.deps import Res, Resources, Tenant
+from app.config import Settings
+from app.errors import InvalidInput, TooLarge
+from app.schemas import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
+from app.services import tasks
+from app.states import TaskStatus
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (401, 404, 413, 422)
+}
+_MULTIPART_DOC: dict[str, Any] = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["task"],
+                    "properties": {
+                        "task": {"type": "string", "description": "The task as JSON"},
+                        "files": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "Any other file part: its filename is its input path",
+                        },
+                    },
+                }
+            }
+        }
+    }
+}
+_TASK_PART_MAX_BYTES = 4 * 2**20
+
+
+class _MultipartRoute(APIRoute):
+    """Matches only multipart bodies, so the JSON route keeps FastAPI's own parsing."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is Match.FULL and not _is_multipart(scope):
+            return Match.NONE, {}
+        return match, child
+
+
+def _is_multipart(scope: Scope) -> bool:
+    content_type = dict(scope.get("headers", [])).get(b"content-type", b"")
+    return bytes(content_type).lower().startswith(b"multipart/form-data")
+
+
+async def create_task_multipart(
+    request: Request,
+    response: Response,
+    res: Res,
+    tenant: Tenant,
+    idempotency_key: IdempotencyKey = None,
+) -> TaskOut:
+    """The same submission as multipart/form-data: a `task` JSON part plus one part per file."""
+    s = res.settings
+    form = request.form(
+        max_files=s.max_input_files + 1, max_fields=8, max_part_size=_TASK_PART_MAX_BYTES
+    )
+    async with form as parts:
+        body = await _task_from_parts(parts, s)
+    return await _submit(response, res, tenant, body, idempotency_key)
+
+
+# Registered before the JSON route: the first route that matches wins.
+router.add_api_route(
+    "",
+    create_task_multipart,
+    methods=["POST"],
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskOut,
+    include_in_schema=False,
+    route_class_override=_MultipartRoute,
+)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskOut,
+    responses={200: {"model": TaskOut, "description": "An Idempotency-Key repeat"}, **_ERRORS},
+    openapi_extra=_MULTIPART_DOC,
+)
+async def create_task(
+    body: TaskCreate,
+    response: Response,
+    res: Res,
+    tenant: Tenant,
+    idempotency_key: IdempotencyKey = None,
+) -> TaskOut:
+    """Queue a task (202 + Location); a repeated Idempotency-Key answers 200 with the first."""
+    return await _submit(response, res, tenant, body, idempotency_key)
+
+
+async def _submit(
+    response: Response, res: Resources, tenant: str, body: TaskCreate, idempotency_key: str | None
+) -> TaskOut:
+    task, created = await tasks.submit_task(
+        res.sessions, res.redis, res.settings, tenant, body, idempotency_key
+    )
+    response.headers["Location"] = f"/v1/tasks/{task.id}"
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return task
+
+
+async def _task_from_parts(parts: FormData, settings: Settings) -> TaskCreate:
+    """The `task` part's JSON with every file part appended to `input_files`."""
+    task_part = parts.get("task")
+    if task_part is None:
+        raise InvalidInput("a multipart submission needs a `task` part")
+    try:
+        raw = task_part if isinstance(task_part, str) else await task_part.read()
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput("the `task` part is not valid JSON") from exc
+    if not isinstance(data, dict):
+        raise InvalidInput("the `task` part must be a JSON object")
+    uploads = [v for k, v in parts.multi_items() if k != "task" and isinstance(v, UploadFile)]
+    _check_upload_sizes(uploads, settings)
+    files = [await _input_file(upload) for upload in uploads]
+    data["input_files"] = [*data.get("input_files", []), *files]
+    try:
+        return TaskCreate.model_validate(data)
+    except ValidationError as exc:
+        details = [
+            {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+        ]
+        raise InvalidInput("the `task` part is not valid", details=details) from exc
+
+
+def _check_upload_sizes(uploads: list[UploadFile], settings: Settings) -> None:
+    """Refuse big files from their size alone, before reading them into memory."""
+    for upload in uploads:
+        if (upload.size or 0) > settings.max_input_file_bytes:
+            raise TooLarge(f"{upload.filename}: larger than {settings.max_input_file_bytes} bytes")
+    if sum(upload.size or 0 for upload in uploads) > settings.max_input_total_bytes:
+        raise TooLarge(f"input files exceed {settings.max_input_total_bytes} bytes in total")
+
+
+async def _input_file(upload: UploadFile) -> dict[str, str]:
+    if not upload.filename:
+        raise InvalidInput("every file part needs a filename: it is the file's input path")
+    content = await upload.read()
+    return {"path": upload.filename, "content_base64": base64.b64encode(content).decode()}
+
+
+@router.get("", response_model=TaskList, responses=_ERRORS)
+async def list_tasks(
+    res: Res,
+    tenant: Tenant,
+    status: TaskStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=tasks.MAX_PAGE)] = 20,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> TaskList:
+    """The tenant's tasks, newest first; pass `next_cursor` back as `cursor` for the next page."""
+    return await tasks.list_tasks(res.sessions, tenant, status=status, limit=limit, cursor=cursor)
+
+
+@router.get("/{task_id}", response_model=TaskOut, responses=_ERRORS)
+async def get_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
+    return await tasks.get_task(res.sessions, tenant, task_id)
+
+
+@router.get("/{task_id}/trajectory", response_model=TrajectoryOut, responses=_ERRORS)
+async def get_trajectory(task_id: str, res: Res, tenant: Tenant) -> TrajectoryOut:
+    """The steps so far, ordered by attempt then index; readable while the task runs."""
+    return await tasks.get_trajectory(res.sessions, tenant, task_id)

@@ -1,0 +1,125 @@
+"""ORM tables (SQLAlchemy 2, `Mapped[]`). Schema changes go through Alembic only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.ids import utc_now
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "pk": "pk_%(table_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s",
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+        }
+    )
+
+
+_TZ = DateTime(timezone=True)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_tasks_tenant_idempotency"),
+        Index("ix_tasks_tenant_created", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    prompt: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    """The resolved `schemas.TaskSpec`: llm, limits, sandbox, tools, prompt_config."""
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    answer: Mapped[str | None] = mapped_column(Text)
+    usage: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    """Highest durable event seq; bumped under the row lock so seqs have no gaps."""
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(_TZ)
+    finished_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class InputBlob(Base):
+    """A file the caller sent with the task; copied to /testbed/input/<path>."""
+
+    __tablename__ = "task_inputs"
+
+    task_id: Mapped[str] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Step(Base):
+    __tablename__ = "steps"
+
+    task_id: Mapped[str] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    thought: Mapped[str] = mapped_column(Text, default="")
+    reasoning: Mapped[str] = mapped_column(Text, default="")
+    action: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    observation: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(_TZ)
+    llm_ms: Mapped[int] = mapped_column(Integer, default=0)
+    tool_ms: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Event(Base):
+    """A durable event; `seq` counts from 1 per task with no gaps (invariant 3)."""
+
+    __tablename__ = "events"
+
+    task_id: Mapped[str] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    ts: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    task_id: Mapped[str] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    content_type: Mapped[str] = mapped_column(String(200))
+    sha256: Mapped[str] = mapped_column(String(64))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)

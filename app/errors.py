@@ -1,0 +1,62 @@
+"""The error tree of Sandhive: every failure that crosses a module boundary.
+
+Stdlib only, importable from anywhere. The API renders any `AppError` as the
+contract's `{"error": {code, message, details}}` body with `status`; drivers
+(Docker, LLM) translate their library errors into these at their boundary.
+"""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    """Base of all domain errors; carries an HTTP status and a machine code."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, details: object = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidInput(AppError):
+    status, code = 422, "invalid_input"
+
+
+class NotFound(AppError):
+    status, code = 404, "not_found"
+
+
+class Conflict(AppError):
+    status, code = 409, "conflict"
+
+
+class TooLarge(AppError):
+    status, code = 413, "too_large"
+
+
+class Unauthorized(AppError):
+    status, code = 401, "unauthorized"
+
+
+class NotReady(AppError):
+    status, code = 503, "not_ready"
+
+
+class SandboxError(AppError):
+    """The sandbox could not be created, reached or read."""
+
+    status, code = 502, "sandbox_error"
+
+
+class LLMError(AppError):
+    """The model endpoint failed after the allowed retries."""
+
+    status, code = 502, "llm_error"
+
+
+class ConfigError(AppError):
+    """The server's configuration cannot serve this request (e.g. unknown LLM profile)."""
+
+    status, code = 422, "config_error"

@@ -1,0 +1,346 @@
+"""Docker sandboxes over aiodocker: create, exec, copy in, copy out, remove.
+
+The only place (with `app.sandbox.image`) that talks to the Docker API. Every
+aiodocker/aiohttp failure leaves this module as `app.errors.SandboxError`.
+Imported by the worker and `sandhive run`; `DockerSandbox` is an
+`app.agent.types.Sandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from types import TracebackType
+
+import aiodocker
+import aiohttp
+from aiodocker.containers import DockerContainer
+from aiodocker.exceptions import DockerError
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
+
+from app.agent.types import ExecResult, OutputCallback
+from app.errors import SandboxError
+from app.sandbox.capture import OutputCapture
+from app.sandbox.files import CollectCaps, Collected, build_tar, collect_tar
+from app.sandbox.policy import MANAGED_LABEL, SandboxConfig, container_config
+
+EXEC_MARK = "SANDHIVE_EXEC_ID"
+"""Set in every exec's environment so a timed-out command's whole process tree can be found."""
+STDIN_CHUNK = 2**20
+STDIN_GRACE_S = 1.0
+PING_TIMEOUT_S = 10.0
+SETUP_TIMEOUT_S = 60.0
+KILL_TIMEOUT_S = 15.0
+ARCHIVE_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
+
+# `docker exec` reports the host PID, useless inside the container's PID namespace:
+# instead kill (twice, to catch late forks) every process whose environment carries
+# the exec's mark. A process that scrubs its own environment escapes this backstop,
+# but not the container's removal at the end of the task.
+KILL_SCRIPT = """
+for round in 1 2; do
+  for f in $(grep -lzx "SANDHIVE_EXEC_ID=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null
+  done
+done
+exit 0
+"""
+# Like the reference runtime's setup_env: input/ and output/ exist, the workdir is a git repo.
+SETUP_SCRIPT = 'mkdir -p "$1/input" "$1/output" && cd "$1" && { git init -q 2>/dev/null || true; }'
+
+
+@contextmanager
+def docker_errors(action: str) -> Iterator[None]:
+    """Translate aiodocker/aiohttp failures into SandboxError at this boundary."""
+    try:
+        yield
+    except DockerError as exc:
+        raise SandboxError(f"{action}: {exc.message}", {"status": exc.status}) from exc
+    except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError
+        raise SandboxError(f"{action}: {exc!r}") from exc
+
+
+class DockerHost:
+    """One connection to a Docker daemon (DOCKER_HOST or the local socket)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self._url = url
+        self._docker: aiodocker.Docker | None = None
+
+    def api(self) -> aiodocker.Docker:
+        """The aiodocker client, made on first use (it needs a running loop); app.sandbox only."""
+        if self._docker is None:
+            try:
+                self._docker = aiodocker.Docker(url=self._url)
+            except (ValueError, DockerError) as exc:
+                raise SandboxError(f"cannot find a Docker daemon: {exc}") from exc
+        return self._docker
+
+    async def ping(self) -> None:
+        """Readiness: SandboxError unless the daemon answers within a few seconds."""
+        with docker_errors("Docker daemon did not answer"):
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await self.api().version()
+
+    async def has_image(self, name: str) -> bool:
+        with docker_errors(f"inspect image {name}"):
+            try:
+                await self.api().images.inspect(name)
+            except DockerError as exc:
+                if exc.status == 404:
+                    return False
+                raise
+        return True
+
+    async def remove_image(self, name: str) -> None:
+        """Remove an image tag (force); a missing one is fine."""
+        with docker_errors(f"remove image {name}"):
+            try:
+                await self.api().images.delete(name, force=True)
+            except DockerError as exc:
+                if exc.status != 404:
+                    raise
+
+    async def create_sandbox(self, config: SandboxConfig) -> DockerSandbox:
+        """Create, start and set up a container; on any failure remove what was made."""
+        body = container_config(config)
+        with docker_errors(f"create sandbox from {config.image}"):
+            container = await self.api().containers.create(
+                body, name=f"sandhive-{secrets.token_hex(6)}"
+            )
+        sandbox = DockerSandbox(self, container, config)
+        try:
+            with docker_errors("start sandbox"):
+                await container.start()
+            await sandbox.setup()
+        except BaseException:
+            with suppress(SandboxError):
+                await self.remove_container(sandbox.id)
+            raise
+        return sandbox
+
+    async def list_sandboxes(self, labels: Mapping[str, str]) -> list[str]:
+        """Ids of Sandhive containers carrying all these labels, stopped ones included."""
+        wanted = {MANAGED_LABEL: "1", **labels}
+        filters = json.dumps({"label": [f"{key}={value}" for key, value in wanted.items()]})
+        with docker_errors("list sandboxes"):
+            containers = await self.api().containers.list(all=True, filters=filters)
+        return [container.id for container in containers]
+
+    async def remove_container(self, container_id: str) -> None:
+        """Force-remove; a container already gone (or going) is fine."""
+        with docker_errors(f"remove container {container_id}"):
+            try:
+                await self.api().containers.container(container_id).delete(force=True, v=True)
+            except DockerError as exc:
+                if exc.status != 404 and not (exc.status == 409 and "in progress" in exc.message):
+                    raise
+
+    async def close(self) -> None:
+        if self._docker is not None:
+            await self._docker.close()
+            self._docker = None
+
+    async def __aenter__(self) -> DockerHost:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class DockerSandbox:
+    """One running container; implements `app.agent.types.Sandbox`."""
+
+    def __init__(self, host: DockerHost, container: DockerContainer, config: SandboxConfig) -> None:
+        self.id: str = container.id
+        self.config = config
+        self._host = host
+        self._container = container
+
+    async def setup(self) -> None:
+        """mkdir input/ output/ and git init in the workdir, as the reference runtime does."""
+        done = await self.exec(
+            ["sh", "-c", SETUP_SCRIPT, "sh", self.config.workdir],
+            workdir="/",
+            timeout_s=SETUP_TIMEOUT_S,
+        )
+        if done.exit_code != 0:
+            detail = done.stderr.decode(errors="replace")[-2000:]
+            raise SandboxError(f"sandbox setup failed ({done.exit_code}): {detail}")
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run argv to completion (or timeout_s), stdout and stderr kept apart."""
+        if not argv:
+            raise ValueError("argv must not be empty")
+        token = secrets.token_hex(12)
+        with docker_errors("exec in sandbox"):
+            run = await self._container.exec(
+                list(argv),
+                stdin=stdin is not None,
+                environment={**(env or {}), EXEC_MARK: token},
+                workdir=workdir or self.config.workdir,
+            )
+        out = OutputCapture(self.config.output_cap_bytes)
+        err = OutputCapture(self.config.output_cap_bytes)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await _pump(run, stdin, out, err, on_output)
+                code = await _exit_code(run)
+        except TimeoutError:
+            await self._kill(token)
+            return ExecResult(-1, out.value(), err.value(), timed_out=True)
+        return ExecResult(code, out.value(), err.value())
+
+    async def _kill(self, token: str) -> None:
+        """Best effort: SIGKILL the timed-out command and everything it started."""
+        with suppress(SandboxError, TimeoutError):
+            async with asyncio.timeout(KILL_TIMEOUT_S):
+                await self.exec(["sh", "-c", KILL_SCRIPT, "sh", token], workdir="/")
+
+    async def put_files(self, dest_dir: str, files: Sequence[tuple[str, bytes]]) -> None:
+        """Copy files under dest_dir; bad names raise ValueError before anything is sent."""
+        if not dest_dir.startswith("/"):
+            raise ValueError(f"dest_dir must be absolute, got {dest_dir!r}")
+        archive = build_tar(files)
+        made = await self.exec(["mkdir", "-p", "--", dest_dir], workdir="/", timeout_s=60)
+        if made.exit_code != 0:
+            detail = made.stderr.decode(errors="replace")[-2000:]
+            raise SandboxError(f"cannot create {dest_dir} in sandbox: {detail}")
+        with docker_errors("copy files into sandbox"):
+            await self._container.put_archive(dest_dir, archive)  # type: ignore[no-untyped-call]
+
+    async def collect(self, src_dir: str, caps: CollectCaps) -> Collected:
+        """Regular files below src_dir (or src_dir itself), within caps; missing src_dir: empty."""
+        path = posixpath.normpath(src_dir)
+        if not path.startswith("/") or path == "/":
+            raise ValueError(f"src_dir must be an absolute path below /, got {src_dir!r}")
+        with docker_errors(f"collect {path}"):
+            try:
+                # aiodocker's get_archive buffers the whole tar; stream it ourselves instead.
+                async with self._host.api()._query(
+                    f"containers/{self.id}/archive",
+                    method="GET",
+                    params={"path": path},
+                    timeout=ARCHIVE_TIMEOUT,
+                ) as response:
+                    try:
+                        return await collect_tar(response.content, path, caps)
+                    finally:
+                        response.close()
+            except DockerError as exc:
+                if exc.status == 404 and "no such container" not in exc.message.lower():
+                    return Collected()
+                raise
+
+    async def remove(self) -> None:
+        """Force-remove the container; idempotent."""
+        await self._host.remove_container(self.id)
+
+
+async def _pump(
+    run: Exec,
+    stdin: bytes | None,
+    out: OutputCapture,
+    err: OutputCapture,
+    on_output: OutputCallback | None,
+) -> None:
+    """Stream the exec: feed stdin (then EOF) while reading stdout/stderr as they come."""
+    with docker_errors("exec in sandbox"):
+        async with run.start(detach=False) as stream:
+            reader = asyncio.create_task(_read_output(stream, out, err, on_output))
+            writer = None if stdin is None else asyncio.create_task(_feed_stdin(stream, stdin))
+            try:
+                if writer is None:
+                    await reader
+                else:
+                    await _read_until_exit(run, reader)
+            finally:
+                tasks = [task for task in (reader, writer) if task is not None]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if writer is not None:
+                    _abort(stream)  # unsent stdin would keep the socket open forever
+
+
+async def _read_output(
+    stream: Stream, out: OutputCapture, err: OutputCapture, on_output: OutputCallback | None
+) -> None:
+    while (message := await stream.read_out()) is not None:
+        name, capture = ("stderr", err) if message.stream == 2 else ("stdout", out)
+        capture.add(message.data)
+        if on_output is not None:
+            await on_output(name, message.data)
+
+
+async def _read_until_exit(run: Exec, reader: asyncio.Task[None]) -> None:
+    """Wait for the output to end, or for the command to exit without reading all its stdin.
+
+    In the second case Docker keeps the stream open (its stdin copy is stuck), so after
+    a grace period for output still in flight we stop reading ourselves.
+    """
+    delay = 0.05
+    while True:
+        done, _ = await asyncio.wait({reader}, timeout=delay)
+        if done:
+            return reader.result()
+        if not (await run.inspect()).get("Running"):
+            done, _ = await asyncio.wait({reader}, timeout=STDIN_GRACE_S)
+            return reader.result() if done else None
+        delay = min(delay * 2, 1.0)
+
+
+async def _feed_stdin(stream: Stream, data: bytes) -> None:
+    try:
+        for start in range(0, len(data), STDIN_CHUNK):
+            await stream.write_in(data[start : start + STDIN_CHUNK])
+        _transport(stream).write_eof()  # EOF on stdin; the output keeps flowing back
+    except (OSError, RuntimeError, aiohttp.ClientError):
+        pass  # the command exited without reading all of its input
+
+
+def _transport(stream: Stream) -> asyncio.WriteTransport:
+    """The hijacked socket under an exec stream, which aiodocker does not expose."""
+    # aiodocker has no public half-close (Stream.close() also drops the read side).
+    response = stream._resp
+    connection = response.connection if response is not None else None
+    transport = connection.transport if connection is not None else None
+    if not isinstance(transport, asyncio.WriteTransport):
+        raise RuntimeError("exec stream has no transport")
+    return transport
+
+
+def _abort(stream: Stream) -> None:
+    with suppress(RuntimeError):
+        _transport(stream).abort()
+
+
+async def _exit_code(run: Exec) -> int:
+    """The exit code, once Docker has recorded it (the stream may end a moment earlier)."""
+    delay = 0.005
+    while True:
+        with docker_errors("inspect exec"):
+            info = await run.inspect()
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)

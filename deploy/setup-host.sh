@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 host for Sandhive, idempotently: Docker engine, PostgreSQL and
+# Redis installed and running, the virtualenv, the `sandhive` database migrated and
+# the sandbox image built (its base from Debian packages, so no registry is needed).
+# Used by the README's quick start and by CI; skips whatever is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+need_pkgs=()
+command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
+command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+if ((${#need_pkgs[@]})); then
+    log "installing ${need_pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    log "starting dockerd"
+    (dockerd >/var/log/dockerd.log 2>&1 &)
+    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { cat /var/log/dockerd.log; exit 1; }
+fi
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    log "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    log "starting Redis"
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    for _ in $(seq 1 30); do redis-cli ping >/dev/null 2>&1 && break; sleep 1; done
+fi
+
+log "virtualenv"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q -U pip
+.venv/bin/pip install -q -e '.[dev]'
+
+log "sandbox image (offline base from Debian packages)"
+.venv/bin/sandhive image build --offline
+
+log "database"
+psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='sandhive'" | grep -q 1 \
+    || psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE sandhive"
+.venv/bin/sandhive migrate

@@ -1,0 +1,71 @@
+"""Drive the real app in-process: its lifespan runs, and its state reaches every request.
+
+`httpx.ASGITransport` does not run the ASGI lifespan, so `serve` does what a
+server does: enter the app's lifespan and copy its state into each scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.types import Receive, Scope, Send
+
+from app.api.app import create_app
+from app.config import Settings
+from app.db.engine import create_engine, create_sessions
+from tests.services.rows import plain_settings
+
+
+@asynccontextmanager
+async def serve(app: FastAPI, *, raise_errors: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """A client on `app`, with its lifespan started before and stopped after."""
+    async with app.router.lifespan_context(app) as state:
+
+        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
+            scope["state"] = dict(state or {})
+            await app(scope, receive, send)
+
+        transport = httpx.ASGITransport(app=with_state, raise_app_exceptions=raise_errors)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://sandhive.test"
+        ) as client:
+            yield client
+
+
+@pytest.fixture
+def api_settings(clean_db: str, redis: Redis) -> Settings:
+    """Real Postgres and Redis; an LLM profile that is configured but never called."""
+    return plain_settings(clean_db)
+
+
+@pytest.fixture
+async def client(api_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(create_app(api_settings)) as client:
+        yield client
+
+
+@pytest.fixture
+async def sessions(clean_db: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(clean_db)
+    yield create_sessions(engine)
+    await engine.dispose()
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The contract's error shape, and nothing else in the body."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str)
+    assert body["error"]["message"]
+    error: dict[str, Any] = body["error"]
+    return error

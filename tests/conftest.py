@@ -1,0 +1,112 @@
+"""Fixtures over the real things: Postgres, Redis, Docker and the scripted LLM.
+
+A missing dependency fails the test with a message that says what to start;
+nothing here is faked but the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from app.config import Settings
+from app.llm.scripted import ScriptedLLMServer
+from tests.support.database import create_database, drop_database, upgrade_to_head
+
+ADMIN_URL = os.environ.get(
+    "SANDHIVE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("SANDHIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:latest")
+TABLES = "events, steps, artifacts, task_inputs, tasks"
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh database for this test session, built by `alembic upgrade head`."""
+    name = f"sandhive_test_{os.getpid()}"
+    try:
+        asyncio.run(create_database(ADMIN_URL, name))
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(
+            f"Postgres unreachable at {ADMIN_URL} ({exc}); start it: "
+            "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+            pytrace=False,
+        )
+    url = ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://") + "/" + name
+    upgrade_to_head(url)
+    yield url
+    asyncio.run(drop_database(ADMIN_URL, name))
+
+
+@pytest.fixture
+async def clean_db(database_url: str) -> AsyncIterator[str]:
+    """The session database with every table emptied before the test."""
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        await conn.execute(f"TRUNCATE {TABLES} CASCADE")
+    finally:
+        await conn.close()
+    return database_url
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    """A dedicated Redis database, flushed before each test."""
+    client = Redis.from_url(REDIS_URL)
+    try:
+        await client.ping()
+    except OSError as exc:
+        pytest.fail(
+            f"Redis unreachable at {REDIS_URL} ({exc}); start it: redis-server --daemonize yes "
+            "--bind 127.0.0.1 --port 6379 --save '' --appendonly no",
+            pytrace=False,
+        )
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The sandbox image; fails with instructions when Docker or the image is missing."""
+    probe = subprocess.run(
+        ["docker", "image", "inspect", SANDBOX_IMAGE], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.fail(
+            f"Docker or the sandbox image {SANDBOX_IMAGE} is not available "
+            f"({probe.stderr.strip()}); start dockerd and run: sandhive image build --offline",
+            pytrace=False,
+        )
+    return SANDBOX_IMAGE
+
+
+@pytest.fixture(scope="session")
+def scripted_llm() -> Iterator[ScriptedLLMServer]:
+    """One scripted OpenAI-compatible server for the session; tests add scripts by model name."""
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def settings(
+    clean_db: str, redis: Redis, docker_image: str, scripted_llm: ScriptedLLMServer
+) -> Settings:
+    """Settings wired to the real test services and the scripted LLM."""
+    return Settings(
+        _env_file=None,
+        database_url=clean_db,
+        redis_url=REDIS_URL,
+        sandbox_image=docker_image,
+        llm_base_url=scripted_llm.base_url,
+        llm_model="unset",
+        llm_retry_backoff_s=0.05,
+        worker_concurrency=2,
+    )

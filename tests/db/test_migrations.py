@@ -1,0 +1,96 @@
+"""The migrations build exactly the models' schema, and can be undone and redone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.db.models import Base
+from tests.conftest import ADMIN_URL
+from tests.support.database import alembic_config, create_database, drop_database, upgrade_to_head
+
+MODEL_TABLES = {"tasks", "task_inputs", "steps", "events", "artifacts"}
+
+
+@pytest.fixture
+def empty_database_url() -> Iterator[str]:
+    """A database of its own with nothing in it, dropped afterwards."""
+    name = f"sandhive_migrations_{os.getpid()}"
+    asyncio.run(create_database(ADMIN_URL, name))
+    yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    asyncio.run(drop_database(ADMIN_URL, name))
+
+
+def asyncpg_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+asyncpg://")
+
+
+async def fetch_names(url: str, sql: str) -> set[str]:
+    conn = await asyncpg.connect(url.replace("+asyncpg", ""))
+    try:
+        return {row[0] for row in await conn.fetch(sql)}
+    finally:
+        await conn.close()
+
+
+def tables(url: str) -> set[str]:
+    sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+    return asyncio.run(fetch_names(url, sql))
+
+
+def test_upgrade_downgrade_upgrade(empty_database_url: str) -> None:
+    url = asyncpg_url(empty_database_url)
+    assert tables(url) == set()
+
+    upgrade_to_head(url)
+    assert tables(url) == MODEL_TABLES | {"alembic_version"}
+
+    command.downgrade(alembic_config(url), "base")
+    assert tables(url) == {"alembic_version"}
+
+    upgrade_to_head(url)
+    assert tables(url) == MODEL_TABLES | {"alembic_version"}
+
+
+def test_migrations_create_every_model_table() -> None:
+    assert set(Base.metadata.tables) == MODEL_TABLES
+
+
+async def test_models_match_migrated_database(database_url: str) -> None:
+    """Autogenerate finds nothing to do: the models and the migrations agree."""
+
+    def diff(conn: Connection) -> list[object]:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, Base.metadata))
+
+    engine = create_async_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            assert await conn.run_sync(diff) == []
+    finally:
+        await engine.dispose()
+
+
+async def test_constraint_names_follow_the_naming_convention(database_url: str) -> None:
+    expected = {
+        str(constraint.name)
+        for table in Base.metadata.tables.values()
+        for constraint in [*table.constraints, *table.indexes]
+    }
+    in_database = await fetch_names(
+        database_url,
+        "SELECT conname FROM pg_constraint JOIN pg_namespace n ON n.oid = connamespace"
+        " WHERE n.nspname = 'public'"
+        " UNION SELECT indexname FROM pg_indexes WHERE schemaname = 'public'",
+    )
+    assert {"pk_tasks", "fk_steps_task_id", "uq_tasks_tenant_idempotency"} <= expected
+    assert expected <= in_database

@@ -1,0 +1,94 @@
+"""Run `sandhive serve` and `sandhive worker` as real subprocesses for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from app.config import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a subprocess read exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        env[f"SANDHIVE_{name.upper()}"] = str(value)
+    return env
+
+
+@dataclass
+class Service:
+    base_url: str
+    api: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes]
+    log_dir: Path
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", *args], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"API exited early:\n{log.read_text(errors='replace')}")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"API not ready after 30 s:\n{log.read_text(errors='replace')}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def running_service(settings: Settings, log_dir: Path) -> Iterator[Service]:
+    """API and one worker as subprocesses, stopped (SIGTERM, then SIGKILL) afterwards."""
+    env = settings_env(settings)
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    api_log, worker_log = log_dir / "api.log", log_dir / "worker.log"
+    api = _spawn(["serve", "--port", str(port)], env, api_log)
+    worker = _spawn(["worker"], env, worker_log)
+    try:
+        _wait_ready(base_url, api, api_log)
+        yield Service(base_url=base_url, api=api, worker=worker, log_dir=log_dir)
+    finally:
+        _stop(worker)
+        _stop(api)
