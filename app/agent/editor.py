@@ -25,6 +25,7 @@ LISTING_LIMIT = 100
 MAX_EDIT_BYTES = 8 * 2**20
 """Standard: larger files are refused (the sandbox driver keeps only 16 MiB of a stream)."""
 UNDO_DEPTH = 10
+UNDO_MAX_CHARS = 32 * 2**20
 
 LISTING_HEADER = "Here's the files and directories up to 2 levels deep in {}, excluding hidden:\n"
 REVIEW_CREATE = "Review the file and make sure that it is as expected. Edit the file if necessary."
@@ -61,20 +62,35 @@ class EditError(Exception):
 
 
 class EditHistory:
-    """Previous contents per path, newest last: what `undo_edit` restores (standard only)."""
+    """Previous contents per path, newest last: what `undo_edit` restores (standard only).
 
-    def __init__(self, depth: int = UNDO_DEPTH) -> None:
+    Bounded: `depth` versions per path and `max_chars` in all; past the total, the
+    oldest version of the largest history goes first (undo stops earlier, never goes wrong).
+    """
+
+    def __init__(self, depth: int = UNDO_DEPTH, max_chars: int = UNDO_MAX_CHARS) -> None:
         self._depth = depth
+        self._max_chars = max_chars
         self._stacks: dict[str, list[str]] = {}
+        self._chars = 0
 
     def push(self, path: str, content: str) -> None:
         stack = self._stacks.setdefault(path, [])
         stack.append(content)
-        del stack[: -self._depth]
+        self._chars += len(content)
+        while len(stack) > self._depth:
+            self._chars -= len(stack.pop(0))
+        while self._chars > self._max_chars:
+            oldest = max(self._stacks.values(), key=lambda versions: sum(map(len, versions)))
+            self._chars -= len(oldest.pop(0))
 
     def pop(self, path: str) -> str | None:
         stack = self._stacks.get(path)
-        return stack.pop() if stack else None
+        if not stack:
+            return None
+        content = stack.pop()
+        self._chars -= len(content)
+        return content
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ ToolSchema = dict[str, Any]
 OutputCallback = Callable[[str, bytes], Awaitable[None]]
 """Called with ("stdout" | "stderr", chunk) while a command runs."""
 
+DeltaCallback = Callable[[str, str], Awaitable[None]]
+"""Called with ("text" | "reasoning", fragment) while the model streams its answer."""
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -74,9 +77,15 @@ class ChatModel(Protocol):
     """An LLM behind an OpenAI-compatible (or other) chat API."""
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        on_delta: DeltaCallback | None = None,
     ) -> Completion:
-        """One completion with tools offered. Raises LLMError after bounded retries."""
+        """One completion with tools offered. Raises LLMError after bounded retries.
+
+        A model that streams calls `on_delta` with each fragment as it arrives.
+        """
         ...
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from app.agent.types import Completion, Message, ToolCall, ToolSchema
+from app.agent.types import Completion, DeltaCallback, Message, ToolCall, ToolSchema
 from app.errors import LLMError
 
 MAX_BACKOFF_S = 30.0
@@ -70,9 +70,15 @@ class OpenAIChatModel:
         self._client = client if client is not None else httpx.AsyncClient()
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        on_delta: DeltaCallback | None = None,
     ) -> Completion:
-        """One completion with the tools offered; LLMError after the allowed retries."""
+        """One completion with the tools offered; LLMError after the allowed retries.
+
+        Not streamed yet: `on_delta` is accepted for the ChatModel protocol and unused.
+        """
         return await self._post(self.build_body(messages, tools))
 
     async def aclose(self) -> None:

@@ -52,7 +52,8 @@ async def test_reference_profile_replays_the_golden_file(make_box: MakeBox) -> N
         want = step["observation_sent_to_model"]
         if want is None:  # the final submit: nothing is sent back
             assert step["tool"] == "submit"
-            assert result.done and result.observation == "<<< Finished >>>"
+            assert result.done
+            assert result.observation == "<<< Finished >>>"
             continue
         assert not result.done
         # The loop appends the count for the *next* call: max_steps - (index + 1).
