@@ -7,22 +7,28 @@ files go (through the EventSink and the returned files).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from app.agent.loop import run_agent
 from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
 from app.config import Settings
 from app.errors import InvalidInput, SandboxError
-from app.llm.openai import OpenAIChatModel
+from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, CollectedFile
-from app.sandbox.policy import SandboxConfig
+from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig
 from app.schemas import LLMSpec
 from app.states import FinishReason
 
 ANSWER_FILE = "answer.txt"
+COLLECT_GRACE_S = 5.0
+"""Time the output collection still gets when the loop used up the task's wall clock."""
+FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
 
 
@@ -57,14 +63,36 @@ def collect_caps(settings: Settings) -> CollectCaps:
     )
 
 
-def chat_model_for(settings: Settings, llm: LLMSpec) -> OpenAIChatModel:
-    """The model client for a task's resolved LLM spec, with the server-side profile's key."""
+def sandbox_caps(settings: Settings) -> SandboxCaps:
+    """The server's sandbox policy: what tasks may choose within, and the fixed knobs."""
+    egress = None
+    if settings.sandbox_egress_enabled:
+        egress = EgressPolicy(
+            network=settings.sandbox_egress_network,
+            bridge=settings.sandbox_egress_bridge,
+            allow=tuple(settings.sandbox_egress_allow),
+            manage_firewall=settings.sandbox_egress_firewall,
+        )
+    return SandboxCaps(
+        image=settings.sandbox_image,
+        max_cpus=settings.max_cpus,
+        max_memory_mb=settings.max_memory_mb,
+        max_disk_mb=settings.max_disk_mb,
+        pids_limit=settings.sandbox_pids_limit,
+        scratch_mb=settings.sandbox_scratch_mb,
+        read_only_rootfs=settings.sandbox_read_only_rootfs,
+        egress=egress,
+        ca_bundle=str(settings.sandbox_ca_bundle) if settings.sandbox_ca_bundle else None,
+    )
+
+
+def chat_model_for(settings: Settings, llm: LLMSpec) -> HTTPChatModel:
+    """The model client for a task's resolved LLM spec: the profile's kind, URL and key."""
     profile = settings.llm_profiles().get(llm.profile)
     if profile is None:
         raise InvalidInput(f"unknown LLM profile {llm.profile!r}")
-    return OpenAIChatModel(
-        base_url=profile.base_url,
-        api_key=profile.api_key.get_secret_value(),
+    return model_for_profile(
+        profile,
         model=llm.model,
         temperature=llm.temperature,
         max_tokens=llm.max_tokens_per_call,
@@ -76,25 +104,72 @@ def chat_model_for(settings: Settings, llm: LLMSpec) -> OpenAIChatModel:
 
 
 async def run_episode(
-    host: DockerHost, model: ChatModel, episode: Episode, sink: EventSink, caps: CollectCaps
+    host: DockerHost,
+    model: ChatModel,
+    episode: Episode,
+    sink: EventSink,
+    caps: CollectCaps,
+    stop: asyncio.Event | None = None,
 ) -> EpisodeResult:
-    """Create the sandbox, run the loop, collect /testbed/output, always remove the sandbox."""
+    """Create the sandbox, run the loop, collect /testbed/output, always remove the sandbox.
+
+    The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
+    the loop and the collection (which still gets COLLECT_GRACE_S after a timeout,
+    so partial output is kept). Setting `stop` ends the loop at once (a cancel);
+    the output so far is still collected.
+    """
     box: DockerSandbox | None = None
     result = EpisodeResult(outcome=Outcome(finish_reason=FinishReason.sandbox_error))
+    deadline = _Deadline(episode.agent.timeout_s)
     try:
-        box = await host.create_sandbox(episode.sandbox)
-        if episode.inputs:
-            await box.put_files(episode.input_dir, episode.inputs)
-        result.outcome = await run_agent(episode.agent, box, model, sink)
-        collected = await box.collect(episode.output_dir, caps)
+        async with asyncio.timeout(deadline.left()):
+            box = await host.create_sandbox(episode.sandbox)
+            if episode.inputs:
+                await box.put_files(episode.input_dir, episode.inputs)
+        agent = replace(episode.agent, timeout_s=deadline.left())
+        result.outcome = await _run_until_stopped(run_agent(agent, box, model, sink), stop)
+        async with asyncio.timeout(deadline.left(at_least=COLLECT_GRACE_S)):
+            collected = await box.collect(episode.output_dir, caps)
         result.files, result.skipped = collected.files, collected.skipped
     except SandboxError as exc:
         result.outcome.finish_reason = FinishReason.sandbox_error
         result.outcome.error = exc.message
+    except TimeoutError:
+        result.outcome.finish_reason = FinishReason.timeout
+        result.outcome.error = f"task exceeded its timeout of {episode.agent.timeout_s} s"
     finally:
         if box is not None:
             await _remove_quietly(box)
     return result
+
+
+class _Deadline:
+    """The task's wall clock, started when the episode starts (None: no limit)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self._at = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def left(self, at_least: float = 0.0) -> float | None:
+        return None if self._at is None else max(self._at - time.monotonic(), at_least)
+
+
+async def _run_until_stopped(
+    loop: Coroutine[Any, Any, Outcome], stop: asyncio.Event | None
+) -> Outcome:
+    """The loop's outcome, or `cancelled` as soon as `stop` is set (the loop is cancelled)."""
+    agent = asyncio.ensure_future(loop)
+    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        await asyncio.wait([t for t in (agent, stopped) if t is not None], return_when=FIRST)
+    finally:
+        for pending in (agent, stopped):
+            if pending is not None and not pending.done():
+                pending.cancel()
+        # The loop's cleanup (killing a running command) finishes before the sandbox goes.
+        await asyncio.gather(agent, return_exceptions=True)
+    if agent.cancelled():
+        return Outcome(finish_reason=FinishReason.cancelled, error="cancelled")
+    return agent.result()
 
 
 async def _remove_quietly(box: DockerSandbox) -> None:

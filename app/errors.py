@@ -36,6 +36,16 @@ class TooLarge(AppError):
     status, code = 413, "too_large"
 
 
+class TooManyRequests(AppError):
+    """Over a limit; the client should retry after `retry_after_s` (sent as Retry-After)."""
+
+    status, code = 429, "too_many_requests"
+
+    def __init__(self, message: str, retry_after_s: int, details: object = None) -> None:
+        super().__init__(message, details)
+        self.retry_after_s = retry_after_s
+
+
 class Unauthorized(AppError):
     status, code = 401, "unauthorized"
 

@@ -12,18 +12,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
+from rich.text import Text
 
-from app.agent.prompts import render_prompts
 from app.agent.types import AgentSpec, ChatModel, Step
 from app.config import Settings
-from app.episode import Episode, EpisodeResult, collect_caps, run_episode
+from app.episode import Episode, EpisodeResult, collect_caps, run_episode, sandbox_caps
+from app.prompt_configs import DEFAULT, render_prompts, resolve_prompt
 from app.sandbox.docker import DockerHost
 from app.sandbox.files import CollectedFile
-from app.sandbox.policy import SandboxConfig
+from app.sandbox.policy import sandbox_config
+from app.schemas import PromptSpec
+from app.trajectory_format import reference_trajectory
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class LocalRun:
     tools_profile: str = "standard"
     output_root: Path = Path("output")
     inputs: Sequence[tuple[str, bytes]] = ()
+    prompt_config: PromptSpec | None = None
+    """Resolved by the caller (`prompt_configs.resolve_prompt`); None: "general"."""
+    answer_all_tool_calls: bool | None = None
 
 
 class TerminalSink:
@@ -48,14 +53,18 @@ class TerminalSink:
         self.console.rule(f"step {index}")
 
     async def step_completed(self, step: Step) -> None:
+        # Text() rather than a str: model and tool output are not Rich markup.
         if step.reasoning:
-            self.console.print(Panel(step.reasoning[:2000], title="reasoning", style="dim"))
+            self._panel(step.reasoning[:2000], "reasoning", "dim")
         if step.thought:
-            self.console.print(Panel(step.thought[:1000], title="thought"))
+            self._panel(step.thought[:1000], "thought", "")
         if step.action is not None:
             args = json.dumps(step.action.arguments, ensure_ascii=False)[:300]
-            self.console.print(Panel(args, title=f"action: {step.action.tool}", style="cyan"))
-        self.console.print(Panel(step.observation[:800], title="observation", style="green"))
+            self._panel(args, f"action: {step.action.tool}", "cyan")
+        self._panel(step.observation[:800], "observation", "green")
+
+    def _panel(self, text: str, title: str, style: str) -> None:
+        self.console.print(Panel(Text(text), title=Text(title), style=style))
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         return None
@@ -66,13 +75,8 @@ async def run_local(
 ) -> tuple[EpisodeResult, Path]:
     """Run one task locally and write its outputs; returns the result and the run folder."""
     workdir = settings.sandbox_workdir
-    system, user = render_prompts(
-        "general",
-        run.prompt,
-        workdir=workdir,
-        input_dir=f"{workdir}/input",
-        output_dir=f"{workdir}/output",
-    )
+    prompt = run.prompt_config or resolve_prompt(DEFAULT, workdir=workdir)
+    system, user = render_prompts(prompt, run.prompt)
     episode = Episode(
         agent=AgentSpec(
             system_prompt=system,
@@ -83,16 +87,20 @@ async def run_local(
             max_context_tokens=run.max_context_tokens,
             tools_profile=run.tools_profile,
             workdir=workdir,
+            answer_all_tool_calls=run.answer_all_tool_calls,
         ),
-        sandbox=SandboxConfig(
-            image=settings.sandbox_image,
+        sandbox=sandbox_config(
+            sandbox_caps(settings),
             labels={"sandhive.local": "1"},
-            pids_limit=settings.sandbox_pids_limit,
+            cpus=settings.default_cpus,
+            memory_mb=settings.default_memory_mb,
+            disk_mb=settings.default_disk_mb,
+            network="none",
             workdir=workdir,
         ),
         inputs=run.inputs,
-        input_dir=f"{workdir}/input",
-        output_dir=f"{workdir}/output",
+        input_dir=prompt.input_dir,
+        output_dir=prompt.output_dir,
     )
     async with DockerHost() as host:
         result = await run_episode(
@@ -104,9 +112,9 @@ async def run_local(
 
 def write_outputs(root: Path, prompt: str, result: EpisodeResult) -> Path:
     """`<root>/<timestamp>/files/` and `trajectory.json`, as the reference package leaves them."""
-    folder = root / datetime.now().strftime("%Y%m%d_%H%M%S")
+    folder = _new_run_folder(root)
     files_dir = folder / "files"
-    files_dir.mkdir(parents=True, exist_ok=True)
+    files_dir.mkdir()
     for item in result.files:
         _write_file(files_dir, item)
     trajectory = reference_trajectory(prompt, result.outcome.steps)
@@ -116,25 +124,18 @@ def write_outputs(root: Path, prompt: str, result: EpisodeResult) -> Path:
     return folder
 
 
-def reference_trajectory(prompt: str, steps: Sequence[Step]) -> dict[str, Any]:
-    """The package's trajectory.json: problem_statement, steps[...], metadata.total_steps."""
-    return {
-        "problem_statement": prompt,
-        "steps": [
-            {
-                "thought": step.thought,
-                "reasoning_content": step.reasoning,
-                "action": {
-                    "function": step.action.tool if step.action else "",
-                    "parameters": step.action.arguments if step.action else {},
-                },
-                "observation": step.observation,
-                "metadata": {"step": step.index, "exec_time": step.llm_ms / 1000},
-            }
-            for step in steps
-        ],
-        "metadata": {"total_steps": len(steps)},
-    }
+def _new_run_folder(root: Path) -> Path:
+    """`<YYYYMMDD_HHMMSS>` like the package; `_2`, `_3`... when a run already took that second."""
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        folder = root / (stamp if attempt == 1 else f"{stamp}_{attempt}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"no free run folder for {stamp} in {root}")
 
 
 def _write_file(files_dir: Path, item: CollectedFile) -> None:

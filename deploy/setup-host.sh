@@ -13,6 +13,11 @@ command -v dockerd >/dev/null || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+# The egress sandboxes' firewall (iptables-restore) and the network tests (ss, ip).
+command -v iptables-restore >/dev/null || need_pkgs+=(iptables)
+command -v ss >/dev/null || need_pkgs+=(iproute2)
+# Headless browser for the page's browser test (driven by Playwright; never `playwright install`).
+command -v chromium >/dev/null || need_pkgs+=(chromium)
 if ((${#need_pkgs[@]})); then
     log "installing ${need_pkgs[*]}"
     apt-get update -qq
@@ -52,3 +57,8 @@ log "database"
 psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='sandhive'" | grep -q 1 \
     || psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE sandhive"
 .venv/bin/sandhive migrate
+
+# API keys are on by default (SANDHIVE_AUTH=keys): say how to get one.
+echo
+echo "Create an API key for the API (printed once):  .venv/bin/sandhive keys create --tenant \$USER"
+echo "then call it with:  curl -H \"Authorization: Bearer <key>\" localhost:8000/v1/tasks"

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.llm.scripted import ScriptedLLMServer
+from tests.support.container_audit import SandboxAuditor
 from tests.support.database import create_database, drop_database, upgrade_to_head
 
 ADMIN_URL = os.environ.get(
@@ -24,7 +25,7 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("SANDHIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:latest")
-TABLES = "events, steps, artifacts, task_inputs, tasks"
+TABLES = "events, steps, artifacts, task_inputs, tasks, api_keys"
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +74,18 @@ async def redis() -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_audit() -> Iterator[SandboxAuditor]:
+    """Audits every sandbox container the suite starts (RELIABILITY I-09); fails the session
+    at the end if any was weaker than the policy (tests/support/container_audit.py)."""
+    auditor = SandboxAuditor()
+    auditor.start()
+    yield auditor
+    auditor.stop()
+    if auditor.violations:
+        pytest.fail(f"sandboxes weaker than the policy: {auditor.violations}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """The sandbox image; fails with instructions when Docker or the image is missing."""
@@ -109,4 +122,6 @@ def settings(
         llm_model="unset",
         llm_retry_backoff_s=0.05,
         worker_concurrency=2,
+        auth="disabled",  # every call is tenant `default`; tests/security covers keys
+        rate_limit_per_s=0,
     )

@@ -5,7 +5,9 @@ Shaped after the reference package (REFERENCE.md §1.3): history starts as
 newest message and stays there; only the first tool call runs; a turn with no
 tool call gets the continue nudge as a user message; `submit` ends the run.
 Sandhive adds: a wall-clock timeout, a context budget that ends the run
-cleanly, usage accounting and an event sink for every step.
+cleanly, usage accounting, an event sink for every step, and the multi-call
+policy `answer_all_tool_calls` (every other tool-call id gets a "not run" reply
+so strict APIs accept the history; default on in `standard`, off in `reference`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,17 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
-from app.agent.tools import NO_TOOL_CALL_NUDGE, ToolContext, ToolResult, run_tool, tool_schemas
+from app.agent import live
+from app.agent.tools import (
+    NO_TOOL_CALL_NUDGE,
+    ToolContext,
+    ToolResult,
+    is_no_call,
+    run_tool,
+    tool_schemas,
+)
 from app.agent.types import (
     Action,
     AgentSpec,
@@ -33,6 +44,14 @@ from app.ids import utc_now
 from app.states import FinishReason
 
 SKIPPED_CALL = "Error: only the first tool call of a turn is executed; this call was not run."
+UNUSABLE_CALL = "Error: this tool call has no usable name or arguments; it was not run."
+
+
+def answers_all_calls(spec: AgentSpec) -> bool:
+    """The multi-call policy: reply to every tool-call id, or (reference) only the first."""
+    if spec.answer_all_tool_calls is not None:
+        return spec.answer_all_tool_calls
+    return spec.tools_profile != "reference"
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
@@ -79,7 +98,16 @@ async def _loop(
             _finish(outcome, FinishReason.context_limit, f"conversation exceeds {limit} tokens")
             return
         await sink.step_started(index)
-        step = await _step(index, messages, tools, ctx, model, outcome)
+        step = await _step(
+            index,
+            messages,
+            tools,
+            ctx,
+            model,
+            outcome,
+            answer_all=answers_all_calls(spec),
+            sink=sink,
+        )
         await sink.step_completed(step)
         if outcome.finish_reason is FinishReason.submitted:
             return
@@ -92,21 +120,29 @@ async def _step(
     ctx: ToolContext,
     model: ChatModel,
     outcome: Outcome,
+    *,
+    answer_all: bool,
+    sink: EventSink,
 ) -> Step:
     step = Step(index=index, started_at=utc_now())
     started = time.monotonic()
-    completion = await model.complete(messages, tools)
+    async with live.model_deltas(sink, index) as on_delta:  # llm.delta while it streams
+        completion = await model.complete(messages, tools, on_delta)
     step.llm_ms = int((time.monotonic() - started) * 1000)
     _account_llm(outcome, step, completion)
     messages.append(completion.message)
-    if not completion.tool_calls:
+    if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
+        # The package answers "no usable call" with a user message, not a tool message.
         step.observation = NO_TOOL_CALL_NUDGE
+        if answer_all:
+            messages.extend(_tool_message(c, UNUSABLE_CALL) for c in completion.tool_calls)
         messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
         return step
     call = completion.tool_calls[0]
-    result = await _run_call(call, ctx, step, outcome)
+    async with live.tool_call(sink, index, call) as on_output:  # tool.output while it runs
+        result = await _run_call(call, replace(ctx, on_output=on_output), step, outcome)
     messages.append(_tool_message(call, result.observation))
-    if ctx.profile != "reference":
+    if answer_all:
         # Strict OpenAI-style APIs reject a history with unanswered tool-call ids.
         messages.extend(_tool_message(extra, SKIPPED_CALL) for extra in completion.tool_calls[1:])
     return step

@@ -24,6 +24,10 @@ NO_TOOL_CALL_NUDGE = (
     "IMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n"
 )
 """The package's continue message, sent as a user message when a turn has no tool call."""
+NAMELESS_CALL = (
+    "Error: the tool call has no function name; call one of execute_bash, "
+    "str_replace_editor or submit."
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ async def run_tool(call: ToolCall, ctx: ToolContext) -> ToolResult:
         args = {}  # many models send "" for a call without parameters
     if args is None or is_no_call(call, ctx.profile):
         return _not_an_object(call, ctx.profile)
+    if not call.name:  # standard only: the reference profile took it for no call above
+        return ToolResult(NAMELESS_CALL)
     if call.name == "execute_bash":
         command = args.get("command")
         outcome = await run_bash(

@@ -136,6 +136,9 @@ class AgentSpec:
     max_context_tokens: int = 65536
     tools_profile: str = "standard"
     workdir: str = "/testbed"
+    answer_all_tool_calls: bool | None = None
+    """Answer every tool-call id of a turn (only the first is run) so strict APIs accept the
+    history; None: the profile's default (on for `standard`, off for `reference`)."""
 
 
 @dataclass

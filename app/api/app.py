@@ -12,21 +12,29 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app import __version__
-from app.api import artifacts, errors, ops, stream, tasks
-from app.api.deps import Resources, open_resources
+from app.api import artifacts, errors, metrics, middleware, ops, page, stream, tasks
+from app.api.deps import open_resources
 from app.config import Settings
 
-ROUTERS: tuple[APIRouter, ...] = (ops.router, tasks.router, artifacts.router, stream.router)
+ROUTERS: tuple[APIRouter, ...] = (
+    ops.router,
+    metrics.router,
+    tasks.router,
+    artifacts.router,
+    stream.router,
+    page.router,
+)
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Resources]]:
-        async with open_resources(settings) as res:
-            yield {"res": res}
+    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, object]]:
+        async with open_resources(settings) as res, stream.open_hub(res) as hub:
+            yield {"res": res, "hub": hub}
 
     app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)
     errors.install(app)
+    middleware.install(app, settings)  # body limits, origins, NUL in URLs, token redaction
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -7,6 +7,7 @@ only read them from the connection's lifespan state.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,14 +19,17 @@ from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
 
-from app.bus import queue
+from app.bus import queue, ratelimit
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
-from app.errors import Unauthorized
+from app.errors import InvalidInput, TooManyRequests, Unauthorized
+from app.services import keys
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "default"
+ADMIN_TENANT = "admin"
+ADMIN_TENANT_HEADER = "x-sandhive-tenant"
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,54 @@ def presented_key(conn: HTTPConnection) -> str | None:
 
 
 async def current_tenant(conn: HTTPConnection, res: Res) -> str:
-    """The caller's tenant; everyone is `default` while auth is disabled."""
+    """The caller's tenant (401 without a valid key), within its request rate (429).
+
+    Everyone is `default` while auth is disabled. The admin key acts as the tenant
+    named by `X-Sandhive-Tenant` (default `admin`). The stream route calls this
+    itself after accepting, so its errors become WebSocket close codes (4401, 4429).
+    """
+    tenant = await _authenticate(conn, res)
+    await _within_rate(res, tenant)
+    return tenant
+
+
+async def _authenticate(conn: HTTPConnection, res: Resources) -> str:
     if res.settings.auth == "disabled":
         return DEFAULT_TENANT
-    if presented_key(conn) is None:
+    key = presented_key(conn)
+    if key is None:
         raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
-    raise Unauthorized("API keys arrive with the security issue")
+    admin = res.settings.admin_api_key
+    if keys.is_admin_key(key, admin.get_secret_value() if admin else None):
+        return _admin_tenant(conn)
+    tenant = await keys.authenticate(res.sessions, key)
+    if tenant is None:
+        raise Unauthorized("invalid or revoked API key")
+    return tenant
+
+
+def _admin_tenant(conn: HTTPConnection) -> str:
+    name = conn.headers.get(ADMIN_TENANT_HEADER, ADMIN_TENANT)
+    if not keys.TENANT_PATTERN.fullmatch(name):
+        raise InvalidInput(f"{ADMIN_TENANT_HEADER}: not a valid tenant name")
+    return name
+
+
+async def _within_rate(res: Resources, tenant: str) -> None:
+    """429 with Retry-After past the tenant's budget; fails open when Redis is unreachable."""
+    s = res.settings
+    if s.rate_limit_per_s <= 0:
+        return
+    try:
+        wait_s = await ratelimit.take(res.redis, tenant, s.rate_limit_per_s, s.rate_limit_burst)
+    except (RedisError, OSError) as exc:
+        log.warning("rate limiter unavailable, letting the request through: %r", exc)
+        return
+    if wait_s > 0:
+        raise TooManyRequests(
+            f"over the request rate of tenant {tenant!r} ({s.rate_limit_per_s:g}/s)",
+            retry_after_s=max(1, math.ceil(wait_s)),
+        )
 
 
 Tenant = Annotated[str, Depends(current_tenant)]

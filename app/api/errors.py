@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError
+from app.errors import AppError, TooManyRequests
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,10 @@ def error_response(
 
 
 async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
-    return error_response(exc.status, exc.code, exc.message, exc.details)
+    headers = None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(exc.retry_after_s)}
+    return error_response(exc.status, exc.code, exc.message, exc.details, headers)
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.routing import APIRoute
@@ -20,7 +20,7 @@ from app.api.deps import Res, Resources, Tenant
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
 from app.schemas import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
-from app.services import tasks
+from app.services import cancel, tasks
 from app.states import TaskStatus
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -29,6 +29,10 @@ IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (401, 404, 413, 422)
+}
+_SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    429: {"model": ErrorOut, "description": "Over a queue limit; see Retry-After"},
 }
 _MULTIPART_DOC: dict[str, Any] = {
     "requestBody": {
@@ -101,7 +105,10 @@ router.add_api_route(
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TaskOut,
-    responses={200: {"model": TaskOut, "description": "An Idempotency-Key repeat"}, **_ERRORS},
+    responses={
+        200: {"model": TaskOut, "description": "An Idempotency-Key repeat"},
+        **_SUBMIT_ERRORS,
+    },
     openapi_extra=_MULTIPART_DOC,
 )
 async def create_task(
@@ -142,7 +149,10 @@ async def _task_from_parts(parts: FormData, settings: Settings) -> TaskCreate:
     uploads = [v for k, v in parts.multi_items() if k != "task" and isinstance(v, UploadFile)]
     _check_upload_sizes(uploads, settings)
     files = [await _input_file(upload) for upload in uploads]
-    data["input_files"] = [*data.get("input_files", []), *files]
+    listed = data.get("input_files") or []
+    if not isinstance(listed, list):
+        raise InvalidInput("`input_files` in the `task` part must be a list")
+    data["input_files"] = [*listed, *files]
     try:
         return TaskCreate.model_validate(data)
     except ValidationError as exc:
@@ -185,7 +195,35 @@ async def get_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
     return await tasks.get_task(res.sessions, tenant, task_id)
 
 
-@router.get("/{task_id}/trajectory", response_model=TrajectoryOut, responses=_ERRORS)
-async def get_trajectory(task_id: str, res: Res, tenant: Tenant) -> TrajectoryOut:
-    """The steps so far, ordered by attempt then index; readable while the task runs."""
-    return await tasks.get_trajectory(res.sessions, tenant, task_id)
+@router.post(
+    "/{task_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskOut,
+    responses={409: {"model": ErrorOut, "description": "The task already finished"}, **_ERRORS},
+)
+async def cancel_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
+    """Cancel: a queued task ends at once, a running one's sandbox stops within seconds."""
+    return await cancel.cancel_task(res.sessions, res.redis, tenant, task_id)
+
+
+@router.get(
+    "/{task_id}/trajectory",
+    response_model=TrajectoryOut | dict[str, Any],
+    responses=_ERRORS,
+)
+async def get_trajectory(
+    task_id: str,
+    res: Res,
+    tenant: Tenant,
+    attempt: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    format: Annotated[Literal["sandhive", "reference"], Query()] = "sandhive",
+) -> TrajectoryOut | dict[str, Any]:
+    """The steps so far, ordered by attempt then index (`attempt=N`: only that attempt's).
+
+    `format=reference`: the paper package's trajectory.json of one attempt (default the
+    latest): problem_statement, steps[thought, reasoning_content, action, observation,
+    metadata], metadata.total_steps.
+    """
+    if format == "reference":
+        return await tasks.get_reference_trajectory(res.sessions, tenant, task_id, attempt)
+    return await tasks.get_trajectory(res.sessions, tenant, task_id, attempt)

@@ -5,6 +5,10 @@ from __future__ import annotations
 PREFIX = "sandhive"
 TASK_STREAM = f"{PREFIX}:tasks"
 WORKER_GROUP = "workers"
+DEAD_LETTERS = f"{PREFIX}:tasks:dead"
+"""Queue entries no worker can act on (malformed), kept for an operator to read."""
+RECONCILE_LOCK = f"{PREFIX}:reconcile:lock"
+"""Held by the one worker reconciling Redis with Postgres right now."""
 
 
 def live_events(task_id: str) -> str:
@@ -13,4 +17,15 @@ def live_events(task_id: str) -> str:
 
 
 def cancel_flag(task_id: str) -> str:
+    """Set by the API when a running task is cancelled; the worker running it polls it."""
     return f"{PREFIX}:task:{task_id}:cancel"
+
+
+def task_lease(task_id: str) -> str:
+    """Who runs the task now ("worker|message id"); expires unless its worker renews it."""
+    return f"{PREFIX}:task:{task_id}:lease"
+
+
+def worker_heartbeat(name: str) -> str:
+    """Present while the worker `name` is alive; expires when it stops renewing it."""
+    return f"{PREFIX}:worker:{name}"

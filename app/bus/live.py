@@ -1,13 +1,13 @@
-"""Per-task live event streams: the worker publishes, API followers read.
+"""Per-task live event streams: the worker publishes, API processes read.
 
-A Redis stream (not pub/sub) so that a follower can start reading from the
-position it noted *before* replaying Postgres: nothing published in between is
-missed (invariant 3). Entries are capped and the stream expires after the task.
+A Redis stream (not pub/sub) so that a reader can start from a position it
+noted *before* replaying Postgres: nothing published in between is missed
+(invariant 3). Entries are capped and the stream expires an hour after the
+task's last event. Readers go through `app.bus.fanout`, one per task and process.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
@@ -16,6 +16,7 @@ from app.bus import keys
 
 MAX_ENTRIES = 10_000
 EXPIRE_AFTER_FINISH_S = 3600
+READ_BATCH = 500
 
 
 async def publish(redis: Redis, task_id: str, payload: str) -> None:
@@ -26,30 +27,31 @@ async def publish(redis: Redis, task_id: str, payload: str) -> None:
 
 
 async def expire(redis: Redis, task_id: str) -> None:
+    """Let the stream disappear a while after the task finished."""
     await redis.expire(keys.live_events(task_id), EXPIRE_AFTER_FINISH_S)
 
 
 async def position(redis: Redis, task_id: str) -> str:
-    """The id of the newest entry now ("0-0" if none): follow from here."""
+    """The id of the newest entry now ("0-0" if none): read after this."""
     newest = await redis.xrevrange(keys.live_events(task_id), count=1)
     if not newest:
         return "0-0"
-    entry_id = newest[0][0]
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return _text(newest[0][0])
 
 
-async def follow(
-    redis: Redis, task_id: str, start: str, *, block_ms: int = 5_000
-) -> AsyncIterator[str | None]:
-    """Yield payloads published after `start`; yields None after each idle wait (keepalive)."""
-    last = start
-    stream = keys.live_events(task_id)
-    while True:
-        reply: Any = await redis.xread({stream: last}, count=100, block=block_ms)
-        if not reply:
-            yield None
-            continue
-        for entry_id, fields in reply[0][1]:
-            last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-            payload = fields[b"e"]
-            yield payload.decode() if isinstance(payload, bytes) else str(payload)
+async def read_after(
+    redis: Redis, task_id: str, cursor: str, *, block_ms: int
+) -> list[tuple[str, str]]:
+    """(entry id, payload) of entries after `cursor`, waiting up to `block_ms` for the first."""
+    reply: Any = await redis.xread(
+        {keys.live_events(task_id): cursor}, count=READ_BATCH, block=block_ms
+    )
+    if not reply:
+        return []
+    return [(_text(entry_id), _text(fields[b"e"])) for entry_id, fields in reply[0][1]]
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        raise ValueError("a live stream entry without an id or payload")
+    return value.decode() if isinstance(value, bytes) else value

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -54,8 +55,16 @@ class Task(Base):
     """The resolved `schemas.TaskSpec`: llm, limits, sandbox, tools, prompt_config."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    lost_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Attempts whose worker died; at `worker_max_attempts` the task fails `worker_lost`."""
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(_TZ)
+    """Set by a cancel of a running task; the worker running it then stops it."""
     answer: Mapped[str | None] = mapped_column(Text)
     usage: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    artifacts_skipped: Mapped[list[dict[str, str]]] = mapped_column(
+        JSONB, default=list, server_default=text("'[]'::jsonb")
+    )
+    """Output files left out of the artifacts (caps, symlinks, special files): {path, reason}."""
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
@@ -123,3 +132,17 @@ class Artifact(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     content: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+
+
+class ApiKey(Base):
+    """An API key of one tenant. Only its SHA-256 is stored; the key is shown once at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    """`key_<16 hex>`, also embedded in the key itself so a lookup needs no hash index."""
+    tenant_id: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    key_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(_TZ)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -19,13 +18,17 @@ from typing import Any
 
 import httpx
 
-from app.agent.types import Completion, DeltaCallback, Message, ToolCall, ToolSchema
+from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
 from app.errors import LLMError
+from app.llm import sse
+from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
+from app.llm.tool_calls import parse_tool_calls
 
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0
 MAX_CONNECT_TIMEOUT_S = 30.0
 EXCERPT_CHARS = 300
+ERROR_BODY_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class _Failure:
     retryable: bool
     status: int | None = None
     retry_after_s: float | None = None
+    body: str = ""
+    """The start of the error body, for the context-length recovery."""
 
 
 class OpenAIChatModel:
@@ -54,6 +59,7 @@ class OpenAIChatModel:
         max_retries: int = 3,
         backoff_s: float = 1.0,
         client: httpx.AsyncClient | None = None,
+        stream: bool = True,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
@@ -68,6 +74,9 @@ class OpenAIChatModel:
         self._backoff_s = backoff_s
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient()
+        self._stream = stream
+        """Stream when a caller wants deltas; turned off for good if the server refuses."""
+        self._stream_usage = True
 
     async def complete(
         self,
@@ -77,9 +86,11 @@ class OpenAIChatModel:
     ) -> Completion:
         """One completion with the tools offered; LLMError after the allowed retries.
 
-        Not streamed yet: `on_delta` is accepted for the ChatModel protocol and unused.
+        With `on_delta` (and streaming on) the answer is streamed and each text or
+        reasoning fragment is reported as it arrives; the result is the same.
         """
-        return await self._post(self.build_body(messages, tools))
+        body = self.build_body(messages, tools)
+        return await self._post(body, on_delta if self._stream else None)
 
     async def aclose(self) -> None:
         """Close the HTTP client, but only one this model created itself."""
@@ -101,24 +112,45 @@ class OpenAIChatModel:
         body.update(self._extra_body)
         return body
 
-    async def _post(self, body: dict[str, Any]) -> Completion:
+    async def _post(
+        self, body: dict[str, Any], on_delta: DeltaCallback | None = None
+    ) -> Completion:
         """POST with retries; the first 2xx answer, parsed."""
         attempts = self._max_retries + 1
-        for attempt in range(1, attempts + 1):
-            outcome = await self._attempt(body)
+        attempt = recoveries = 0
+        while True:
+            outcome = await self._attempt(body, on_delta)
             if isinstance(outcome, httpx.Response):
-                return self._parse(outcome, attempt)
+                return self._parse(outcome, attempt + 1)
+            if recoveries < MAX_RECOVERIES and self._shrink_max_tokens(body, outcome):
+                recoveries += 1  # a context-length recovery is not a retry
+                continue
+            attempt += 1
             if not outcome.retryable or attempt == attempts:
                 raise self._error(outcome.description, outcome.status, attempt)
             await asyncio.sleep(retry_delay(attempt, self._backoff_s, outcome.retry_after_s))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
 
-    async def _attempt(self, body: dict[str, Any]) -> httpx.Response | _Failure:
+    def _shrink_max_tokens(self, body: dict[str, Any], failure: _Failure) -> bool:
+        """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
+        if not is_context_error(failure.status, failure.body):
+            return False
+        smaller = next_max_tokens(body.get("max_tokens"), failure.body)
+        if smaller is None:
+            return False
+        body["max_tokens"] = self._max_tokens = smaller
+        return True
+
+    async def _attempt(
+        self, body: dict[str, Any], on_delta: DeltaCallback | None = None
+    ) -> httpx.Response | _Failure:
         """One request; a 2xx response, or a description of what went wrong."""
         try:
-            response = await self._client.post(
-                self.url, json=body, headers=self._headers, timeout=self._timeout
-            )
+            if on_delta is not None and self._stream:
+                response = await self._post_streaming(body, on_delta)
+            else:
+                response = await self._client.post(
+                    self.url, json=body, headers=self._headers, timeout=self._timeout
+                )
         except httpx.TimeoutException as exc:
             return _Failure(f"timed out: {type(exc).__name__}", retryable=True)
         except httpx.TransportError as exc:
@@ -131,7 +163,38 @@ class OpenAIChatModel:
             retryable=status == 429 or status >= 500,
             status=status,
             retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+            body=response.text[:ERROR_BODY_CHARS],
         )
+
+    async def _post_streaming(
+        self, body: dict[str, Any], on_delta: DeltaCallback
+    ) -> httpx.Response:
+        """A streamed request, answered as if it had not been (the assembled JSON).
+
+        A server that refuses `stream_options` or `stream` (HTTP 400/422 naming it)
+        is asked again without it, and not asked with it again.
+        """
+        streamed = sse.streaming_body(body, include_usage=self._stream_usage)
+        async with self._client.stream(
+            "POST", self.url, json=streamed, headers=self._headers, timeout=self._timeout
+        ) as response:
+            if response.is_success and sse.is_event_stream(response):
+                try:
+                    data = await sse.read_completion(response, on_delta)
+                except sse.StreamError as exc:
+                    return httpx.Response(response.status_code, text=f"malformed stream: {exc}")
+                return httpx.Response(response.status_code, json=data)
+            await response.aread()
+        refused = sse.refused_option(response)
+        if refused == "stream_options" and self._stream_usage:
+            self._stream_usage = False
+            return await self._post_streaming(body, on_delta)
+        if refused == "stream":
+            self._stream = False
+            return await self._client.post(
+                self.url, json=body, headers=self._headers, timeout=self._timeout
+            )
+        return response
 
     def _parse(self, response: httpx.Response, attempt: int) -> Completion:
         """The completion in a successful answer, or a protocol error (not retried)."""
@@ -199,11 +262,12 @@ def parse_completion(data: Any) -> Completion:
     if not isinstance(message, dict):
         raise TypeError("choices[0].message is not an object")
     usage = data.get("usage") or {}
+    tool_calls, wire_calls = parse_tool_calls(message.get("tool_calls"))
     return Completion(
-        message=history_message(message),
+        message=history_message({**message, "tool_calls": wire_calls}),
         content=text_of(message.get("content")),
         reasoning=text_of(message.get("reasoning_content") or message.get("reasoning")),
-        tool_calls=tuple(parse_tool_call(call) for call in message.get("tool_calls") or ()),
+        tool_calls=tool_calls,
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         completion_tokens=int(usage.get("completion_tokens") or 0),
     )
@@ -217,30 +281,6 @@ def history_message(message: dict[str, Any]) -> Message:
         del kept["tool_calls"]
     kept["role"] = "assistant"
     return kept
-
-
-def parse_tool_call(call: Any) -> ToolCall:
-    """One native tool call; arguments decoded when they are a JSON object, else None."""
-    function = call["function"]
-    raw = function.get("arguments")
-    if isinstance(raw, dict):  # some servers (Ollama) send an object, not JSON text
-        return ToolCall(str(call.get("id") or ""), str(function["name"]), raw, json.dumps(raw))
-    raw_text = raw if isinstance(raw, str) else ""
-    return ToolCall(
-        id=str(call.get("id") or ""),
-        name=str(function["name"]),
-        arguments=decode_arguments(raw_text),
-        raw_arguments=raw_text,
-    )
-
-
-def decode_arguments(raw: str) -> dict[str, Any] | None:
-    """The arguments object, or None when the text is not JSON or not an object."""
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def text_of(value: Any) -> str:

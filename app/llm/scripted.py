@@ -2,7 +2,9 @@
 
 Used by tests and by `sandhive demo` in place of a paid model; nothing else is
 faked. Stateless per request: the request's `model` picks a `Script`, and the
-number of assistant messages already in `messages` picks the turn.
+number of assistant messages already in `messages` picks the turn. The same
+scripts also answer Anthropic's Messages API at `/v1/messages`
+(`app.llm.scripted_anthropic`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from app.llm.scripted_stream import streaming_response
 
 REQUIRED_TOOLS = ("execute_bash", "str_replace_editor", "submit")
 EXHAUSTED = "script exhausted"
@@ -39,6 +43,10 @@ class Turn:
     expect: str | None = None
     """A substring the newest tool/user message must contain, else HTTP 409."""
     delay_s: float = 0.0
+    extra_calls: Sequence[Mapping[str, Any]] = ()
+    """Raw tool-call objects sent verbatim after the turn's own call (parallel or odd shapes)."""
+    stream_delay_s: float = 0.0
+    """Pause between the chunks of a streamed answer (requests with `"stream": true`)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,10 @@ class Script:
     """Fail only the first N requests for this model (None: every request)."""
     retry_after_s: float | None = None
     """Retry-After header value sent with the failures."""
+    context_window: int | None = None
+    """Refuse (HTTP 400) a request whose prompt (chars / 4) plus max_tokens exceeds this."""
+    context_error: Literal["sglang", "openai", "vague"] = "sglang"
+    """How that refusal reads: naming both numbers (two dialects) or neither."""
 
 
 class ScriptBook:
@@ -119,7 +131,7 @@ def create_app(scripts: Mapping[str, Script] | ScriptBook) -> Starlette:
     """The ASGI app; its `ScriptBook` (failures, counters) is at `app.state.book`."""
     book = scripts if isinstance(scripts, ScriptBook) else ScriptBook(scripts)
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         try:
             body = await request.json()
         except ValueError:
@@ -133,19 +145,21 @@ def create_app(scripts: Mapping[str, Script] | ScriptBook) -> Starlette:
         data = [{"id": name, "object": "model", "owned_by": "sandhive-scripted"} for name in names]
         return JSONResponse({"object": "list", "data": data})
 
+    # Imported here: the Anthropic face builds on this module's Script and ScriptBook.
+    from app.llm.scripted_anthropic import anthropic_routes
+
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
+            *anthropic_routes(book),
         ]
     )
     app.state.book = book
     return app
 
 
-async def answer(
-    book: ScriptBook, body: dict[str, Any], headers: Mapping[str, str]
-) -> JSONResponse:
+async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, str]) -> Response:
     """Play the turn this request asks for, or the failure the script prescribes."""
     model = str(body.get("model", ""))
     script, count = book.receive(model, body, headers)
@@ -155,6 +169,9 @@ async def answer(
         return failure_response(script)
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
+    overflow = context_overflow(script, body)
+    if overflow is not None:
+        return error_response(400, overflow, "context_length_exceeded")
     check_tools(book, model, body.get("tools"))
     index = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     turn = pick_turn(script, index)
@@ -164,7 +181,39 @@ async def answer(
         return error_response(409, f"scripted expectation failed: {mismatch}", "expect_failed")
     if turn.delay_s > 0:
         await asyncio.sleep(turn.delay_s)
-    return JSONResponse(render_completion(model, index, turn, body))
+    completion = render_completion(model, index, turn, body)
+    if body.get("stream") is True:
+        return streaming_response(completion, body, turn.stream_delay_s)
+    return JSONResponse(completion)
+
+
+def prompt_tokens_of(body: Mapping[str, Any]) -> int:
+    """The scripted tokenizer: characters of the messages (and system) as JSON, / 4."""
+    return len(json.dumps([body.get("system", ""), body.get("messages", [])])) // 4
+
+
+def context_overflow(script: Script, body: Mapping[str, Any]) -> str | None:
+    """The context-length error text when prompt + max_tokens does not fit the window."""
+    window = script.context_window
+    max_tokens = body.get("max_tokens")
+    if window is None or not isinstance(max_tokens, int):
+        return None
+    used = prompt_tokens_of(body)
+    if used + max_tokens <= window:
+        return None
+    if script.context_error == "openai":
+        return (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{used + max_tokens} tokens ({used} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+    if script.context_error == "vague":
+        return "Input tokens exceed the configured limit of the model."
+    return (
+        f"Requested token count exceeds the model's maximum context length of {window} tokens. "
+        f"You requested a total of {used + max_tokens} tokens: {used} tokens from the input "
+        f"messages and {max_tokens} tokens for the completion."
+    )
 
 
 def pick_turn(script: Script, index: int) -> Turn:
@@ -217,10 +266,11 @@ def message_text(content: Any) -> str:
 def render_completion(model: str, index: int, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
     """A standard chat.completion object for this turn."""
     message: dict[str, Any] = {"role": "assistant", "content": turn.content or None}
-    if turn.tool is None:
+    if turn.tool is None and not turn.extra_calls:
         message["content"] = turn.content
     else:
-        message["tool_calls"] = [render_tool_call(index, turn)]
+        own = [render_tool_call(index, turn)] if turn.tool is not None else []
+        message["tool_calls"] = [*own, *(dict(call) for call in turn.extra_calls)]
     if turn.reasoning:
         message["reasoning_content"] = turn.reasoning
     prompt_tokens = len(json.dumps(body.get("messages", []))) // 4

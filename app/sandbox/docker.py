@@ -25,9 +25,11 @@ from aiodocker.stream import Stream
 
 from app.agent.types import ExecResult, OutputCallback
 from app.errors import SandboxError
+from app.sandbox import network
 from app.sandbox.capture import OutputCapture
+from app.sandbox.channel import ExecChannel
 from app.sandbox.files import CollectCaps, Collected, build_tar, collect_tar
-from app.sandbox.policy import MANAGED_LABEL, SandboxConfig, container_config
+from app.sandbox.policy import MANAGED_LABEL, EgressPolicy, SandboxConfig, container_config
 
 EXEC_MARK = "SANDHIVE_EXEC_ID"
 """Set in every exec's environment so a timed-out command's whole process tree can be found."""
@@ -68,9 +70,13 @@ def docker_errors(action: str) -> Iterator[None]:
 class DockerHost:
     """One connection to a Docker daemon (DOCKER_HOST or the local socket)."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, exec_channel: bool = True) -> None:
         self._url = url
+        self.exec_channel = exec_channel
+        """Run commands through one long-lived in-sandbox agent (`app.sandbox.channel`)."""
         self._docker: aiodocker.Docker | None = None
+        self._egress_ready: set[EgressPolicy] = set()
+        self._egress_lock = asyncio.Lock()
 
     def api(self) -> aiodocker.Docker:
         """The aiodocker client, made on first use (it needs a running loop); app.sandbox only."""
@@ -109,6 +115,8 @@ class DockerHost:
     async def create_sandbox(self, config: SandboxConfig) -> DockerSandbox:
         """Create, start and set up a container; on any failure remove what was made."""
         body = container_config(config)
+        if config.egress is not None and config.network == "egress":
+            await self.ensure_egress(config.egress)
         with docker_errors(f"create sandbox from {config.image}"):
             container = await self.api().containers.create(
                 body, name=f"sandhive-{secrets.token_hex(6)}"
@@ -123,6 +131,24 @@ class DockerHost:
                 await self.remove_container(sandbox.id)
             raise
         return sandbox
+
+    async def ensure_egress(self, policy: EgressPolicy) -> None:
+        """The egress network and its firewall, set up once per process and checked every time.
+
+        Fails closed: an egress sandbox is never started without its firewall in place.
+        """
+        async with self._egress_lock:
+            if policy in self._egress_ready:
+                if not policy.manage_firewall or await network.firewall_installed(policy):
+                    return
+                self._egress_ready.discard(policy)  # someone flushed the rules: rebuild them
+            with docker_errors(f"egress network {policy.network}"):
+                await network.ensure_network(self.api(), policy)
+            if policy.manage_firewall:
+                await network.install_firewall(policy)
+            elif not await network.firewall_installed(policy):
+                raise SandboxError("egress firewall rules are missing on the Docker host")
+            self._egress_ready.add(policy)
 
     async def list_sandboxes(self, labels: Mapping[str, str]) -> list[str]:
         """Ids of Sandhive containers carrying all these labels, stopped ones included."""
@@ -166,9 +192,17 @@ class DockerSandbox:
         self.config = config
         self._host = host
         self._container = container
+        self._channel: ExecChannel | None = None
+
+    @property
+    def uses_channel(self) -> bool:
+        """True while commands go through the exec channel rather than `docker exec`."""
+        return self._channel is not None and self._channel.alive
 
     async def setup(self) -> None:
         """mkdir input/ output/ and git init in the workdir, as the reference runtime does."""
+        if self._host.exec_channel:
+            self._channel = await ExecChannel.open(self._container, self.config.output_cap_bytes)
         done = await self.exec(
             ["sh", "-c", SETUP_SCRIPT, "sh", self.config.workdir],
             workdir="/",
@@ -191,6 +225,15 @@ class DockerSandbox:
         """Run argv to completion (or timeout_s), stdout and stderr kept apart."""
         if not argv:
             raise ValueError("argv must not be empty")
+        if self._channel is not None and self._channel.alive:
+            return await self._channel.exec(
+                argv,
+                workdir=workdir or self.config.workdir,
+                env=env,
+                stdin=stdin,
+                timeout_s=timeout_s,
+                on_output=on_output,
+            )
         token = secrets.token_hex(12)
         with docker_errors("exec in sandbox"):
             run = await self._container.exec(
@@ -208,6 +251,10 @@ class DockerSandbox:
         except TimeoutError:
             await self._kill(token)
             return ExecResult(-1, out.value(), err.value(), timed_out=True)
+        except asyncio.CancelledError:
+            # The task's wall clock or a cancel: the command must not outlive the call.
+            await self._kill(token)
+            raise
         return ExecResult(code, out.value(), err.value())
 
     async def _kill(self, token: str) -> None:
@@ -253,6 +300,8 @@ class DockerSandbox:
 
     async def remove(self) -> None:
         """Force-remove the container; idempotent."""
+        if self._channel is not None:
+            await self._channel.close()
         await self._host.remove_container(self.id)
 
 

@@ -19,6 +19,8 @@ BLOCK = 512
 MAX_META_BYTES = 64 * 2**10
 """Cap on one pax/GNU long-name header; real ones are a few hundred bytes."""
 MAX_SKIPPED_LISTED = 1000
+MAX_PATH_CHARS = 1024
+"""Longer artifact paths are skipped: they could not be stored or served sensibly."""
 SKIP_CHUNK = 2**16
 
 _TYPE_REASONS = {
@@ -238,6 +240,7 @@ class Collector:
         self.caps = caps
         self.result = Collected()
         self.total = 0
+        self.seen: set[str] = set()
 
     def relative(self, name: str) -> str | None:
         """The path below the source directory, "" for the directory itself, None if outside."""
@@ -272,6 +275,12 @@ class Collector:
 
     def _admit_regular(self, path: str, size: int) -> str | None:
         caps = self.caps
+        if len(path) > MAX_PATH_CHARS or "\0" in path or "\ufffd" in path:
+            self.skip(path[:MAX_PATH_CHARS], "unusable file name")
+            return None
+        if path in self.seen:  # a hostile archive may repeat a member
+            self.skip(path, "duplicate entry")
+            return None
         if len(self.result.files) >= caps.max_files:
             raise StopCollect(path, "file limit reached")
         if size > caps.max_file_bytes:
@@ -280,6 +289,7 @@ class Collector:
         if self.total + size > caps.max_total_bytes:
             raise StopCollect(path, "total size limit reached")
         self.total += size
+        self.seen.add(path)
         return path
 
     def add(self, path: str, content: bytes) -> None:

@@ -1,7 +1,13 @@
 """Sandbox hardening policy: what a task's container may do, as a Docker create() body.
 
 Pure (no Docker, no I/O) so it can be unit-tested and audited on its own.
-Imported by `app.sandbox.docker` and by whoever builds a `SandboxConfig` (worker, cli).
+`sandbox_config` is the one gate between a task's request and Docker: it checks
+every tenant-chosen value against the server's `SandboxCaps` (allow-listed,
+capped); `container_config` turns the result into the create() body with the
+fixed defaults of RELIABILITY-SECURITY.md Part C1. Tenants never reach
+`SecurityOpt`, `CapAdd`, `Privileged`, `Devices`, `Binds` or `NetworkMode`.
+Imported by `app.sandbox.docker`, `app.sandbox.network` and whoever builds a
+`SandboxConfig` (worker, `sandhive run`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ BASE_ENV: Mapping[str, str] = MappingProxyType(
 )
 """The reference runtime's environment (REFERENCE.md §1.5), never any service secret."""
 
+READ_ONLY_ENV: Mapping[str, str] = MappingProxyType({"PIP_BREAK_SYSTEM_PACKAGES": "1"})
+"""With a read-only image, pip falls back to the user site (/root/.local, a tmpfs); Debian's
+PEP 668 marker would refuse even that, and nothing of the system can break: it is read-only."""
+
 # Docker's default set keeps 14 capabilities; we drop all and add back only what root
 # needs to manage its *own* files and processes inside the container:
 #   CHOWN, FOWNER, FSETID   tar/pip/git/chmod on files whose owner differs (e.g. extracted archives)
@@ -42,6 +52,56 @@ NOFILE_LIMIT = 8192
 """Open files per process. Must not exceed the daemon's own hard limit: without
 CAP_SYS_RESOURCE the container cannot raise it (this VM's dockerd has 20000)."""
 
+SCRATCH_DIRS: Mapping[str, str] = MappingProxyType(
+    {"/tmp": "1777", "/var/tmp": "1777", "/root": "700", "/run": "755"}
+)
+"""The writable directories besides the workdir (path: mode), each a size-capped tmpfs."""
+
+INODES_PER_MB = 128
+"""tmpfs inode cap per MiB of size: 1 GiB holds 131072 files (inodes cost kernel memory)."""
+
+CA_BUNDLE_PATH = "/etc/sandhive/ca-bundle.crt"
+CA_ENV_NAMES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+)
+
+NETWORK_MODES = ("none", "egress")
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """Where egress sandboxes go: one dedicated Docker network and its firewall."""
+
+    network: str
+    """Docker network name (ICC off, masquerading on, IPv4 only)."""
+    bridge: str
+    """Its Linux bridge, which the iptables rules match."""
+    allow: tuple[str, ...] = ()
+    """CIDRs that may be reached; empty: any public address. Never implicit: host, private."""
+    manage_firewall: bool = True
+    """Install the iptables rules from this process (else the operator did)."""
+
+
+@dataclass(frozen=True)
+class SandboxCaps:
+    """The server's side of the policy: the allow-list and caps tenants choose within."""
+
+    image: str
+    max_cpus: float
+    max_memory_mb: int
+    max_disk_mb: int
+    pids_limit: int = 512
+    scratch_mb: int = 256
+    read_only_rootfs: bool = True
+    egress: EgressPolicy | None = None
+    """None: `egress` is refused."""
+    ca_bundle: str | None = None
+    """Host path of an extra CA bundle for egress sandboxes (read-only bind mount)."""
+
 
 @dataclass(frozen=True)
 class SandboxConfig:
@@ -51,49 +111,147 @@ class SandboxConfig:
     labels: Mapping[str, str]
     cpus: float = 1.0
     memory_mb: int = 1024
+    disk_mb: int = 1024
+    """Size of the workdir (a tmpfs volume); added to the memory limit, since it is RAM."""
+    scratch_mb: int = 256
     pids_limit: int = 512
     network: str = "none"
+    egress: EgressPolicy | None = None
+    read_only_rootfs: bool = True
+    ca_bundle: str | None = None
     workdir: str = "/testbed"
     env: Mapping[str, str] = field(default_factory=dict)
     output_cap_bytes: int = 16 * 2**20
     """Per stream and per exec: beyond it only the head and tail halves are kept in memory."""
 
     def __post_init__(self) -> None:
-        if self.network != "none":
-            raise ValueError(f"unsupported sandbox network {self.network!r}; only 'none'")
+        if self.network not in NETWORK_MODES:
+            raise ValueError(f"unsupported sandbox network {self.network!r}: {NETWORK_MODES}")
+        if self.network == "egress" and self.egress is None:
+            raise ValueError("network 'egress' needs an egress policy (is egress enabled?)")
         if self.cpus <= 0 or self.memory_mb < 16 or self.pids_limit < 1:
             raise ValueError("cpus, memory_mb and pids_limit must be positive")
-        if not self.workdir.startswith("/"):
-            raise ValueError(f"workdir must be absolute, got {self.workdir!r}")
+        if self.disk_mb < 1 or self.scratch_mb < 1:
+            raise ValueError("disk_mb and scratch_mb must be positive")
+        if not self.workdir.startswith("/") or self.workdir.rstrip("/") in ("", *SCRATCH_DIRS):
+            raise ValueError(f"workdir must be absolute, not a scratch dir: {self.workdir!r}")
         if any(not k or "=" in k or "\0" in k for k in self.env):
             raise ValueError("environment variable names must be non-empty, without '=' or NUL")
+        if self.ca_bundle is not None and not self.ca_bundle.startswith("/"):
+            raise ValueError("ca_bundle must be an absolute host path")
         if self.output_cap_bytes < 2:
             raise ValueError("output_cap_bytes must be at least 2")
 
 
+def sandbox_config(
+    caps: SandboxCaps,
+    *,
+    labels: Mapping[str, str],
+    cpus: float,
+    memory_mb: int,
+    disk_mb: int,
+    network: str,
+    workdir: str = "/testbed",
+) -> SandboxConfig:
+    """A task's sandbox request checked against the server's caps; ValueError when it exceeds them.
+
+    The API already refused such requests (422); this is the worker's own check that no
+    task field reaches Docker without passing the allow-list (RELIABILITY §0, link 4).
+    """
+    if not 0 < cpus <= caps.max_cpus:
+        raise ValueError(f"cpus {cpus} outside (0, {caps.max_cpus}]")
+    if not 16 <= memory_mb <= caps.max_memory_mb:
+        raise ValueError(f"memory_mb {memory_mb} outside [16, {caps.max_memory_mb}]")
+    if not 1 <= disk_mb <= caps.max_disk_mb:
+        raise ValueError(f"disk_mb {disk_mb} outside [1, {caps.max_disk_mb}]")
+    if network == "egress" and caps.egress is None:
+        raise ValueError("network 'egress' is not enabled on this server")
+    egress = caps.egress if network == "egress" else None
+    return SandboxConfig(
+        image=caps.image,
+        labels=labels,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        disk_mb=disk_mb,
+        scratch_mb=caps.scratch_mb,
+        pids_limit=caps.pids_limit,
+        network=network,
+        egress=egress,
+        read_only_rootfs=caps.read_only_rootfs,
+        ca_bundle=caps.ca_bundle if egress is not None else None,
+        workdir=workdir,
+    )
+
+
 def container_env(cfg: SandboxConfig) -> list[str]:
-    """The container's environment: the reference's base, then the task's extras."""
-    merged = {**BASE_ENV, **cfg.env}
+    """The container's environment: the reference's base, the policy's, then the task's extras."""
+    merged = {**BASE_ENV}
+    if cfg.read_only_rootfs:
+        merged.update(READ_ONLY_ENV)
+    if _mounts_ca(cfg):
+        merged.update(dict.fromkeys(CA_ENV_NAMES, CA_BUNDLE_PATH))
+    merged.update(cfg.env)
     return [f"{key}={value}" for key, value in merged.items()]
 
 
+def _mounts_ca(cfg: SandboxConfig) -> bool:
+    return cfg.ca_bundle is not None and cfg.network == "egress"
+
+
+def _tmpfs_options(size_mb: int, mode: str | None = None) -> str:
+    inodes = max(size_mb * INODES_PER_MB, 4096)
+    options = f"size={size_mb}m,nr_inodes={inodes},nosuid,nodev"
+    return f"{options},mode={mode}" if mode else options
+
+
+def container_mounts(cfg: SandboxConfig) -> list[dict[str, Any]]:
+    """The workdir as a size-capped tmpfs volume (removed with the container) and the CA bundle.
+
+    A volume rather than a plain tmpfs mount because Docker's archive API (our only way
+    in and out) sees volumes but not tmpfs mounts; the local driver mounts it on demand.
+    """
+    workdir = {
+        "Type": "volume",
+        "Target": cfg.workdir,
+        "VolumeOptions": {
+            "NoCopy": True,
+            "Labels": {**cfg.labels, MANAGED_LABEL: "1"},
+            "DriverConfig": {
+                "Name": "local",
+                "Options": {
+                    "type": "tmpfs",
+                    "device": "tmpfs",
+                    "o": _tmpfs_options(cfg.disk_mb),
+                },
+            },
+        },
+    }
+    mounts: list[dict[str, Any]] = [workdir]
+    if _mounts_ca(cfg):
+        mounts.append(
+            {"Type": "bind", "Source": cfg.ca_bundle, "Target": CA_BUNDLE_PATH, "ReadOnly": True}
+        )
+    return mounts
+
+
 def container_config(cfg: SandboxConfig) -> dict[str, Any]:
-    """The aiodocker create() body: hardened defaults (ARCHITECTURE.md, RELIABILITY I-09)."""
-    memory = cfg.memory_mb * 2**20
+    """The aiodocker create() body: hardened defaults (ARCHITECTURE.md, RELIABILITY C1 and I-09)."""
+    memory = (cfg.memory_mb + cfg.disk_mb) * 2**20
+    network = cfg.egress.network if cfg.egress is not None and cfg.network == "egress" else "none"
     return {
         "Image": cfg.image,
         "Cmd": ["sleep", "infinity"],
         "WorkingDir": cfg.workdir,
         "Env": container_env(cfg),
         "Labels": {**cfg.labels, MANAGED_LABEL: "1"},
-        "User": "",  # root, like the reference: the agent pip-installs into the system
+        "User": "",  # root, like the reference: see CAP_ADD for what that root may still do
         "Tty": False,
         "OpenStdin": False,
         "AttachStdin": False,
         "AttachStdout": False,
         "AttachStderr": False,
         "HostConfig": {
-            "NetworkMode": cfg.network,
+            "NetworkMode": network,
             "CapDrop": ["ALL"],
             "CapAdd": list(CAP_ADD),
             "SecurityOpt": ["no-new-privileges"],
@@ -109,10 +267,16 @@ def container_config(cfg: SandboxConfig) -> dict[str, Any]:
                 {"Name": "core", "Soft": 0, "Hard": 0},
             ],
             "IpcMode": "private",
-            "ReadonlyRootfs": False,
+            "CgroupnsMode": "private",  # its own cgroup is its root: no host cgroup paths
+            "ReadonlyRootfs": cfg.read_only_rootfs,
+            "Tmpfs": {
+                path: f"rw,exec,{_tmpfs_options(cfg.scratch_mb, mode)}"
+                for path, mode in SCRATCH_DIRS.items()
+            },
             "Binds": [],
-            "Mounts": [],
+            "Mounts": container_mounts(cfg),
             "Devices": [],
+            "PortBindings": {},
             "PublishAllPorts": False,
             "RestartPolicy": {"Name": "no"},
             "LogConfig": {"Type": "none", "Config": {}},  # PID 1 is `sleep`; nothing to keep

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.models import Artifact
 from app.errors import NotFound
 from app.schemas import ArtifactList, ArtifactOut
-from app.services.tasks import find_task
+from app.services.tasks import find_task, skipped_of
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -30,13 +30,14 @@ async def list_artifacts(sessions: Sessions, tenant: str, task_id: str) -> Artif
         .order_by(Artifact.path)
     )
     async with sessions() as session:
-        await find_task(session, tenant, task_id)
+        task = await find_task(session, tenant, task_id)
         rows = (await session.execute(query)).all()
     return ArtifactList(
         items=[
             ArtifactOut(path=path, size=size, content_type=content_type, sha256=sha256)
             for path, size, content_type, sha256 in rows
-        ]
+        ],
+        skipped=skipped_of(task),
     )
 
 

@@ -1,27 +1,40 @@
-"""The worker's use cases: start an attempt, record its steps and artifacts, finish the task.
+"""The worker's use cases: start an attempt, record its steps, finish or hand back the task.
 
 Each function is one transaction that commits before anything is published to
-Redis, so a live follower never sees an event Postgres does not have.
+Redis, so a live follower never sees an event Postgres does not have. Every
+write of an attempt is fenced: it happens only while `tasks.attempt` is still
+that attempt and the task is running, checked under the row lock, so a stale
+worker (paused, partitioned, reclaimed) cannot overwrite a newer attempt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import mimetypes
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import models
+from app.errors import Conflict
 from app.ids import utc_now
-from app.schemas import EventOut, StepOut, TaskSpec, UsageOut
+from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
 from app.services.events import FINISHED, publish, record_event
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
 Sessions = async_sessionmaker[AsyncSession]
+log = logging.getLogger(__name__)
+UNFINISHED = (TaskStatus.queued, TaskStatus.running)
+
+
+class StaleAttempt(Conflict):
+    """This attempt no longer owns its task: a newer attempt started, or the task ended."""
 
 
 @dataclass(frozen=True)
@@ -34,44 +47,90 @@ class StartedAttempt:
     inputs: list[tuple[str, bytes]]
 
 
+@dataclass(frozen=True)
+class TaskEnd:
+    """How an attempt ended, as stored on the task."""
+
+    reason: FinishReason
+    answer: str | None = None
+    usage: UsageOut | None = None
+    error: str | None = None
+
+
 async def start_attempt(
-    sessions: Sessions, redis: Redis, task_id: str, worker: str
+    sessions: Sessions, redis: Redis, task_id: str, worker: str, *, max_attempts: int
 ) -> StartedAttempt | None:
-    """Mark the task running as a new attempt; None when it is unknown or already finished."""
+    """Mark the task running as a new attempt; None when there is nothing (more) to run.
+
+    The caller holds the task's lease, so a task still `running` here lost its
+    worker: that counts against `max_attempts`. A cancel asked for meanwhile
+    ends the task without starting it.
+    """
+    started: StartedAttempt | None = None
     async with sessions.begin() as session:
-        task = await session.scalar(
-            select(models.Task).where(models.Task.id == task_id).with_for_update()
-        )
+        task = await _locked(session, task_id)
         if task is None or is_terminal(TaskStatus(task.status)):
             return None
-        task.attempt += 1
-        task.status = TaskStatus.running
-        task.started_at = task.started_at or utc_now()
-        event = await record_event(
-            session, task_id, "task.started", {"attempt": task.attempt, "worker": worker}
-        )
-        blobs = await session.scalars(
-            select(models.InputBlob).where(models.InputBlob.task_id == task_id)
-        )
-        started = StartedAttempt(
-            task_id=task.id,
-            tenant=task.tenant_id,
-            attempt=task.attempt,
-            prompt=task.prompt,
-            spec=TaskSpec.model_validate(task.spec),
-            inputs=[(blob.path, blob.content) for blob in blobs],
-        )
-    await publish(redis, event)
+        lost = task.status == TaskStatus.running
+        task.lost_attempts += int(lost)
+        ending = _ending_before_start(task, max_attempts)
+        if ending is not None:
+            events = await finish_row(session, task, ending)
+        else:
+            started, event = await _start(session, task, worker, lost)
+            events = [event]
+    await publish_quietly(redis, events)
     return started
 
 
-async def step_started(sessions: Sessions, redis: Redis, task_id: str, index: int) -> None:
-    await _record_and_publish(sessions, redis, task_id, "step.started", {"index": index})
+def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None:
+    """Why the task must end instead of starting another attempt, if it must."""
+    if task.cancel_requested_at is not None:
+        return TaskEnd(FinishReason.cancelled, error="cancelled")
+    if task.lost_attempts >= max_attempts:
+        error = f"the worker running it was lost {task.lost_attempts} times (max {max_attempts})"
+        return TaskEnd(FinishReason.worker_lost, error=error)
+    return None
+
+
+async def _start(
+    session: AsyncSession, task: models.Task, worker: str, lost: bool
+) -> tuple[StartedAttempt, EventOut]:
+    task.attempt += 1
+    task.status = TaskStatus.running
+    task.started_at = task.started_at or utc_now()
+    data: dict[str, object] = {"attempt": task.attempt, "worker": worker}
+    if lost:
+        data["previous_attempt_lost"] = True
+    event = await record_event(session, task.id, "task.started", data)
+    blobs = await session.scalars(
+        select(models.InputBlob).where(models.InputBlob.task_id == task.id)
+    )
+    started = StartedAttempt(
+        task_id=task.id,
+        tenant=task.tenant_id,
+        attempt=task.attempt,
+        prompt=task.prompt,
+        spec=TaskSpec.model_validate(task.spec),
+        inputs=[(blob.path, blob.content) for blob in blobs],
+    )
+    return started, event
+
+
+async def step_started(
+    sessions: Sessions, redis: Redis, task_id: str, attempt: int, index: int
+) -> None:
+    async with sessions.begin() as session:
+        await _fenced(session, task_id, attempt)
+        event = await record_event(session, task_id, "step.started", {"index": index})
+    await publish_quietly(redis, [event])
 
 
 async def save_step(sessions: Sessions, redis: Redis, task_id: str, step: StepOut) -> None:
-    """Store one finished step and announce it."""
+    """Store one finished step of attempt `step.attempt` and announce it."""
+    step = StepOut.model_validate(storable(step.model_dump()))  # binary output: no NUL in SQL
     async with sessions.begin() as session:
+        await _fenced(session, task_id, step.attempt)
         session.add(
             models.Step(
                 task_id=task_id,
@@ -80,62 +139,134 @@ async def save_step(sessions: Sessions, redis: Redis, task_id: str, step: StepOu
             )
         )
         event = await record_event(session, task_id, "step.completed", step.model_dump(mode="json"))
-    await publish(redis, event)
-
-
-async def save_artifacts(
-    sessions: Sessions, redis: Redis, task_id: str, files: Sequence[tuple[str, bytes]]
-) -> None:
-    """Store the files the agent left in its output folder (replacing an earlier attempt's)."""
-    events: list[EventOut] = []
-    async with sessions.begin() as session:
-        await session.execute(delete(models.Artifact).where(models.Artifact.task_id == task_id))
-        for path, content in files:
-            row = _artifact(task_id, path, content)
-            session.add(row)
-            info = {"path": path, "size": row.size, "content_type": row.content_type}
-            events.append(await record_event(session, task_id, "artifact.created", info))
-    for event in events:
-        await publish(redis, event)
+    await publish_quietly(redis, [event])
 
 
 async def finish_task(
     sessions: Sessions,
     redis: Redis,
     task_id: str,
-    *,
-    reason: FinishReason,
-    answer: str | None,
-    usage: UsageOut,
-    error: str | None,
+    attempt: int,
+    outcome: TaskEnd,
+    files: Sequence[tuple[str, bytes]] | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Give the task its terminal status; the last durable event of the task."""
-    status = status_for(reason)
+    """Store the attempt's output files and give the task its terminal status, atomically.
+
+    `skipped`: output files left out (caps, links, special files) as (path, reason).
+    """
     async with sessions.begin() as session:
-        task = await session.get_one(models.Task, task_id, with_for_update=True)
-        task.status = status
-        task.finish_reason = reason
-        task.answer = answer
-        task.usage = usage.model_dump()
-        task.error = error
-        task.finished_at = utc_now()
-        data = {
-            "status": status,
-            "finish_reason": reason,
-            "answer": answer,
-            "usage": usage.model_dump(),
-            "error": error,
-        }
-        event = await record_event(session, task_id, FINISHED, data)
-    await publish(redis, event)
+        task = await _fenced(session, task_id, attempt)
+        events = [] if files is None else await _replace_artifacts(session, task_id, files)
+        if files is not None:
+            task.artifacts_skipped = [{"path": p, "reason": r} for p, r in skipped]
+        events += await finish_row(session, task, outcome)
+    await publish_quietly(redis, events)
 
 
-async def _record_and_publish(
-    sessions: Sessions, redis: Redis, task_id: str, type_: str, data: dict[str, object]
-) -> None:
+async def hand_back(sessions: Sessions, redis: Redis, task_id: str, attempt: int) -> None:
+    """A clean stop (worker shutdown): the task is queued again and this attempt is not lost."""
     async with sessions.begin() as session:
-        event = await record_event(session, task_id, type_, data)
-    await publish(redis, event)
+        task = await _fenced(session, task_id, attempt)
+        task.status = TaskStatus.queued
+        data = {"status": TaskStatus.queued, "attempt": attempt, "reason": "handed back"}
+        event = await record_event(session, task_id, "task.queued", data)
+    await publish_quietly(redis, [event])
+
+
+async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd) -> list[EventOut]:
+    """Give a locked task row its terminal state and its last durable event."""
+    status = status_for(outcome.reason)
+    usage = outcome.usage.model_dump() if outcome.usage is not None else task.usage
+    task.status = status
+    task.finish_reason = outcome.reason
+    task.answer = storable(outcome.answer)
+    task.usage = usage
+    task.error = storable(outcome.error)
+    task.finished_at = utc_now()
+    data = {
+        "status": status,
+        "finish_reason": outcome.reason,
+        "answer": task.answer,
+        "usage": usage,
+        "error": task.error,
+    }
+    return [await record_event(session, task.id, FINISHED, data)]
+
+
+async def publish_quietly(redis: Redis, events: Sequence[EventOut]) -> None:
+    """Tell live followers; a Redis outage only delays them (they catch up from Postgres)."""
+    try:
+        for event in events:
+            await publish(redis, event)
+    except (RedisError, OSError) as exc:
+        log.warning("could not publish events of %s: %r", events[0].task_id, exc)
+
+
+# Reads for the worker's housekeeping (reconciliation, reaping, cancel backstop)
+
+
+async def unfinished_tasks(sessions: Sessions, created_before: datetime) -> dict[str, TaskStatus]:
+    """Queued and running tasks created before a moment, oldest first: id -> status."""
+    query = (
+        select(models.Task.id, models.Task.status)
+        .where(models.Task.status.in_(UNFINISHED), models.Task.created_at < created_before)
+        .order_by(models.Task.created_at)
+    )
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    return {task_id: TaskStatus(status) for task_id, status in rows}
+
+
+async def task_states(sessions: Sessions, task_ids: Collection[str]) -> dict[str, tuple[str, int]]:
+    """Status and current attempt of each known task among task_ids."""
+    if not task_ids:
+        return {}
+    query = select(models.Task.id, models.Task.status, models.Task.attempt).where(
+        models.Task.id.in_(list(task_ids))
+    )
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    return {task_id: (status, attempt) for task_id, status, attempt in rows}
+
+
+async def cancel_requested(sessions: Sessions, task_ids: Collection[str]) -> set[str]:
+    """The tasks among task_ids with a cancel on record."""
+    if not task_ids:
+        return set()
+    query = select(models.Task.id).where(
+        models.Task.id.in_(list(task_ids)), models.Task.cancel_requested_at.is_not(None)
+    )
+    async with sessions() as session:
+        return set(await session.scalars(query))
+
+
+async def _locked(session: AsyncSession, task_id: str) -> models.Task | None:
+    return await session.scalar(
+        select(models.Task).where(models.Task.id == task_id).with_for_update()
+    )
+
+
+async def _fenced(session: AsyncSession, task_id: str, attempt: int) -> models.Task:
+    """The locked task row, or StaleAttempt unless `attempt` is its running attempt."""
+    task = await _locked(session, task_id)
+    if task is None or task.attempt != attempt or task.status != TaskStatus.running:
+        raise StaleAttempt(f"attempt {attempt} of {task_id} no longer owns the task")
+    return task
+
+
+async def _replace_artifacts(
+    session: AsyncSession, task_id: str, files: Sequence[tuple[str, bytes]]
+) -> list[EventOut]:
+    """The attempt's output files replace whatever an earlier attempt stored."""
+    events: list[EventOut] = []
+    await session.execute(delete(models.Artifact).where(models.Artifact.task_id == task_id))
+    for path, content in files:
+        row = _artifact(task_id, path, content)
+        session.add(row)
+        info = {"path": path, "size": row.size, "content_type": row.content_type}
+        events.append(await record_event(session, task_id, "artifact.created", info))
+    return events
 
 
 def _artifact(task_id: str, path: str, content: bytes) -> models.Artifact:

@@ -1,15 +1,21 @@
-"""Durable events and the "replay, then follow" stream over them.
+"""Durable events and the one "replay, then follow" stream over them.
 
 `record_event` numbers events under the task row's lock, so `seq` has no gaps
 (invariant 3); `publish` copies an already-committed event to the task's live
-Redis stream. `replay_then_follow` notes the live position first, replays
-Postgres, then follows Redis, dropping what it already sent and filling any
-gap from Postgres, so a reader resuming with `after=N` sees each event once.
+Redis stream. `open_stream` is what both the WebSocket and the SSE route serve:
+it joins the process's live feed of the task *first*, then replays Postgres
+after `after`, then follows the feed, dropping what it already sent and
+filling any gap from Postgres, so a reader resuming with `after=N` sees each
+durable event once, in order. A finished task is replayed without any feed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+import functools
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -17,12 +23,20 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.bus import live
+from app.bus.fanout import LiveHub, Subscription
 from app.db.models import Event, Task
 from app.errors import NotFound
 from app.ids import utc_now
 from app.schemas import EventOut
+from app.states import TaskStatus, is_terminal
 
 FINISHED = "task.finished"
+KEEPALIVE = "keepalive"
+REPLAY_BATCH = 200
+PARSED_CACHE = 64
+"""Live payloads parsed once per process, not once per viewer (they share one feed)."""
+
+Sessions = async_sessionmaker[AsyncSession]
 
 
 async def record_event(
@@ -55,70 +69,146 @@ def live_event(task_id: str, type_: str, data: Mapping[str, Any]) -> EventOut:
 async def publish(redis: Redis, event: EventOut) -> None:
     """Send an event to live followers; call only after its transaction committed."""
     await live.publish(redis, event.task_id, event.model_dump_json())
+    if event.type == FINISHED:
+        await live.expire(redis, event.task_id)
 
 
-async def replay_then_follow(
-    sessions: async_sessionmaker[AsyncSession],
-    redis: Redis,
-    tenant: str,
-    task_id: str,
-    *,
-    after: int = 0,
-) -> AsyncIterator[EventOut | None]:
-    """Every durable event with seq > after, then live ones; None marks an idle moment."""
-    await check_visible(sessions, tenant, task_id)
-    start = await live.position(redis, task_id)  # before the replay: nothing falls between
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event to send, with its JSON text (computed once, shared by every viewer)."""
+
+    event: EventOut
+    json: str
+
+    @classmethod
+    def of(cls, event: EventOut) -> StreamEvent:
+        return cls(event, event.model_dump_json())
+
+
+@dataclass(frozen=True)
+class TaskStream:
+    """What a stream route serves: events in order (None = idle tick) and a cut-off signal."""
+
+    events: AsyncGenerator[StreamEvent | None, None]
+    cut_off: asyncio.Event
+    """Set when this viewer fell too far behind; `events` then raises SlowConsumer."""
+
+
+@asynccontextmanager
+async def open_stream(
+    sessions: Sessions, hub: LiveHub, tenant: str, task_id: str, *, after: int = 0
+) -> AsyncIterator[TaskStream]:
+    """Every durable event with seq > after, then live ones until task.finished.
+
+    NotFound (before anything is sent) for an unknown task or another tenant's.
+    """
+    status, _ = await visible_task(sessions, tenant, task_id)
+    if is_terminal(status):
+        # Its task.finished committed with the status: the replay holds everything.
+        yield TaskStream(_replay(sessions, task_id, after), asyncio.Event())
+        return
+    async with hub.subscribe(task_id) as sub:  # joined before the replay: no gap
+        yield TaskStream(_replay_then_follow(sessions, sub, task_id, after), sub.cut_off)
+
+
+def keepalive(task_id: str) -> StreamEvent:
+    """The live-only message a WebSocket gets on idle ticks, so proxies and clients see life."""
+    return StreamEvent.of(live_event(task_id, KEEPALIVE, {}))
+
+
+async def _replay(
+    sessions: Sessions, task_id: str, after: int
+) -> AsyncGenerator[StreamEvent, None]:
+    """Durable events after `after` from Postgres, in batches, ending at task.finished."""
     last = after
-    for event in await _durable_after(sessions, task_id, last):
-        last = event.seq or last
-        yield event
-        if event.type == FINISHED:
-            return
-    async for payload in live.follow(redis, task_id, start):
-        for event in await _next_events(sessions, task_id, payload, last):
+    while True:
+        batch = await _durable_after(sessions, task_id, last, limit=REPLAY_BATCH)
+        for event in batch:
             last = event.seq or last
-            yield event
+            yield StreamEvent.of(event)
             if event.type == FINISHED:
+                return
+        if len(batch) < REPLAY_BATCH:
+            return
+
+
+async def _replay_then_follow(
+    sessions: Sessions, sub: Subscription, task_id: str, after: int
+) -> AsyncGenerator[StreamEvent | None, None]:
+    last = after
+    async for item in _replay(sessions, task_id, after):
+        last = item.event.seq or last
+        yield item
+        if item.event.type == FINISHED:
+            return
+    while True:
+        payload = await sub.next()
+        for item in await _next_events(sessions, task_id, payload, last):
+            last = item.event.seq or last
+            yield item
+            if item.event.type == FINISHED:
                 return
         if payload is None:
             yield None
 
 
 async def _next_events(
-    sessions: async_sessionmaker[AsyncSession], task_id: str, payload: str | None, last: int
-) -> list[EventOut]:
+    sessions: Sessions, task_id: str, payload: str | None, last: int
+) -> list[StreamEvent]:
     """What to send for one live payload (or an idle tick), in order, without repeats."""
     if payload is None:
         # Idle: catch up from Postgres in case a live publish was lost (Redis blip).
-        return await _durable_after(sessions, task_id, last)
-    event = EventOut.model_validate_json(payload)
-    if event.seq is None:
-        return [event]
-    if event.seq <= last:
+        return [StreamEvent.of(e) for e in await _durable_after(sessions, task_id, last)]
+    item = _parsed(payload)
+    seq = item.event.seq
+    if seq is None or seq == last + 1:
+        return [item]
+    if seq <= last:
         return []
-    if event.seq > last + 1:
-        return await _durable_after(sessions, task_id, last, upto=event.seq)
-    return [event]
+    gap = await _durable_after(sessions, task_id, last, upto=seq)
+    return [StreamEvent.of(e) for e in gap]
+
+
+@functools.lru_cache(maxsize=PARSED_CACHE)
+def _parsed(payload: str) -> StreamEvent:
+    """A published payload is the event's JSON already: parse it, send it as it came."""
+    return StreamEvent(EventOut.model_validate_json(payload), payload)
 
 
 async def _durable_after(
-    sessions: async_sessionmaker[AsyncSession], task_id: str, after: int, upto: int | None = None
+    sessions: Sessions,
+    task_id: str,
+    after: int,
+    *,
+    upto: int | None = None,
+    limit: int | None = None,
 ) -> list[EventOut]:
     query = select(Event).where(Event.task_id == task_id, Event.seq > after)
     if upto is not None:
         query = query.where(Event.seq <= upto)
+    query = query.order_by(Event.seq)
+    if limit is not None:
+        query = query.limit(limit)
     async with sessions() as session:
-        rows = await session.scalars(query.order_by(Event.seq))
+        rows = await session.scalars(query)
         return [event_out(row) for row in rows]
 
 
-async def check_visible(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, task_id: str
-) -> None:
-    """NotFound unless the task exists and is the tenant's: never 403 (invariant 6)."""
+async def visible_task(sessions: Sessions, tenant: str, task_id: str) -> tuple[TaskStatus, int]:
+    """The task's status and last seq; NotFound unless it exists and is the tenant's (inv. 6)."""
     async with sessions() as session:
-        found = await session.scalar(
-            select(Task.id).where(Task.id == task_id, Task.tenant_id == tenant)
-        )
+        found = (
+            await session.execute(
+                select(Task.status, Task.last_seq).where(
+                    Task.id == task_id, Task.tenant_id == tenant
+                )
+            )
+        ).first()
     if found is None:
         raise NotFound(f"no task {task_id}")
+    return TaskStatus(found[0]), int(found[1])
+
+
+async def check_visible(sessions: Sessions, tenant: str, task_id: str) -> None:
+    """NotFound unless the task exists and is the tenant's: never 403 (invariant 6)."""
+    await visible_task(sessions, tenant, task_id)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -23,6 +25,7 @@ from app.config import Settings
 from app.db import models
 from app.errors import InvalidInput, NotFound, TooLarge
 from app.ids import new_task_id, utc_now
+from app.prompt_configs import CUSTOM, resolve_prompt
 from app.schemas import (
     ActionOut,
     InputFile,
@@ -30,20 +33,26 @@ from app.schemas import (
     LimitsSpec,
     LLMOptions,
     LLMSpec,
+    PromptPair,
     SandboxRequest,
     SandboxSpec,
+    SkippedArtifact,
     StepOut,
     TaskCreate,
     TaskList,
     TaskOut,
     TaskSpec,
+    ToolsOptions,
     TrajectoryOut,
     UsageOut,
 )
+from app.services import backpressure
 from app.services.events import record_event
 from app.states import FinishReason, TaskStatus
+from app.trajectory_format import reference_trajectory
 
 Sessions = async_sessionmaker[AsyncSession]
+log = logging.getLogger(__name__)
 Problem = dict[str, Any]
 N = TypeVar("N", int, float)
 Loc = tuple[str | int, ...]
@@ -62,8 +71,8 @@ def resolve_spec(body: TaskCreate, settings: Settings) -> TaskSpec:
         llm=_resolve_llm(body.llm, settings, problems),
         limits=_resolve_limits(body.limits, settings, problems),
         sandbox=_resolve_sandbox(body.sandbox, settings, problems),
-        tools=body.tools,
-        prompt_config=body.prompt_config,
+        tools=_resolve_tools(body.tools, settings),
+        **_resolve_prompt(body.prompt_config, settings, problems),
     )
     if problems:
         raise InvalidInput(_summary(problems), details=problems)
@@ -77,6 +86,10 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
     model = llm.model or (profile.model if profile else "")
     if profile is not None and not model:
         problems.append(_problem(("llm", "model"), "no model given and the profile has none"))
+    elif profile is not None and not profile.allows(model):
+        allowed = sorted({*profile.models, profile.model} - {""})
+        msg = f"model {model!r} is not allowed by llm profile {llm.profile!r}"
+        problems.append(_problem(("llm", "model"), msg, "not_allowed", allowed=allowed))
     return LLMSpec(
         profile=llm.profile,
         model=model,
@@ -90,6 +103,34 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
         ),
         extra_body=llm.extra_body,
     )
+
+
+def _resolve_tools(tools: ToolsOptions, settings: Settings) -> ToolsOptions:
+    """The multi-call policy made explicit: the task's, the server's, else the profile's."""
+    answer_all = tools.answer_all_tool_calls
+    if answer_all is None:
+        answer_all = settings.answer_all_tool_calls
+    if answer_all is None:
+        answer_all = tools.profile != "reference"
+    return ToolsOptions(profile=tools.profile, answer_all_tool_calls=answer_all)
+
+
+def _resolve_prompt(
+    choice: str | PromptPair, settings: Settings, problems: list[Problem]
+) -> dict[str, Any]:
+    """`prompt_config` (the name) and `prompt` (templates and directories) for the TaskSpec."""
+    try:
+        prompt = resolve_prompt(
+            choice, workdir=settings.sandbox_workdir, configs_dir=settings.prompt_configs_dir
+        )
+    except InvalidInput as exc:
+        problems.append(_problem(("prompt_config",), exc.message))
+        return {"prompt_config": choice if isinstance(choice, str) else CUSTOM, "prompt": None}
+    size = len(prompt.system) + len(prompt.instance)
+    if size > settings.max_prompt_chars:
+        msg = f"templates longer than {settings.max_prompt_chars} characters"
+        problems.append(_problem(("prompt_config",), msg))
+    return {"prompt_config": prompt.name, "prompt": prompt}
 
 
 def _resolve_limits(limits: Limits, settings: Settings, problems: list[Problem]) -> LimitsSpec:
@@ -129,7 +170,7 @@ def _resolve_limits(limits: Limits, settings: Settings, problems: list[Problem])
 def _resolve_sandbox(
     box: SandboxRequest, settings: Settings, problems: list[Problem]
 ) -> SandboxSpec:
-    if box.network == "egress":
+    if box.network == "egress" and not settings.sandbox_egress_enabled:
         problems.append(_problem(("sandbox", "network"), "egress is not enabled on this server"))
     if box.image != "default":
         problems.append(_problem(("sandbox", "image"), 'only the "default" image is available'))
@@ -145,6 +186,13 @@ def _resolve_sandbox(
             box.memory_mb,
             settings.default_memory_mb,
             settings.max_memory_mb,
+        ),
+        disk_mb=_bounded(
+            problems,
+            ("sandbox", "disk_mb"),
+            box.disk_mb,
+            settings.default_disk_mb,
+            settings.max_disk_mb,
         ),
     )
 
@@ -231,7 +279,7 @@ def _decode(i: int, item: InputFile, max_bytes: int) -> bytes:
         _too_large(loc, "once decoded", max_bytes)
     try:
         content = base64.b64decode(text, validate=True)
-    except binascii.Error:
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII characters
         _reject(loc, "not valid base64")
     if len(content) > max_bytes:
         _too_large(loc, "once decoded", max_bytes)
@@ -256,6 +304,7 @@ async def submit_task(
         return task_out(found), False
     try:
         async with sessions.begin() as session:
+            await backpressure.admit(session, settings, tenant)  # 429 when over a limit
             task = _new_task(tenant, body, spec, idempotency_key)
             session.add(task)
             await session.flush()  # the row first: inputs and events reference it
@@ -269,7 +318,11 @@ async def submit_task(
             raise
         return task_out(found), False
     # Invariant 1: the row is committed before any worker can hear of it.
-    await queue.enqueue(redis, task.id)
+    try:
+        await queue.enqueue(redis, task.id)
+    except (RedisError, OSError) as exc:
+        # Accepted all the same: the workers' reconciliation enqueues committed rows.
+        log.warning("could not enqueue %s (reconciliation will): %r", task.id, exc)
     return task_out(task), True
 
 
@@ -358,23 +411,39 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, task_id = json.loads(raw)
         when = datetime.fromisoformat(created_at)
-        if when.tzinfo is None or not isinstance(task_id, str):
-            raise ValueError("cursor without a time zone or an id")
+        if when.tzinfo is None or not isinstance(task_id, str) or "\x00" in task_id:
+            raise ValueError("cursor without a time zone or a usable id")
         return when, task_id
     except (ValueError, TypeError) as exc:
         raise InvalidInput("bad cursor", details=[_problem(("cursor",), "bad cursor")]) from exc
 
 
-async def get_trajectory(sessions: Sessions, tenant: str, task_id: str) -> TrajectoryOut:
-    """Every recorded step of every attempt, also while the task runs."""
+async def get_trajectory(
+    sessions: Sessions, tenant: str, task_id: str, attempt: int | None = None
+) -> TrajectoryOut:
+    """Every recorded step of every attempt (or of one), also while the task runs."""
+    query = select(models.Step).where(models.Step.task_id == task_id)
+    if attempt is not None:
+        query = query.where(models.Step.attempt == attempt)
     async with sessions() as session:
         await find_task(session, tenant, task_id)
+        rows = await session.scalars(query.order_by(models.Step.attempt, models.Step.index))
+        return TrajectoryOut(task_id=task_id, steps=[step_out(row) for row in rows])
+
+
+async def get_reference_trajectory(
+    sessions: Sessions, tenant: str, task_id: str, attempt: int | None = None
+) -> dict[str, Any]:
+    """The package's trajectory.json for one attempt (default: the latest), as `sandhive run`."""
+    async with sessions() as session:
+        task = await find_task(session, tenant, task_id)
+        chosen = attempt if attempt is not None else task.attempt
         rows = await session.scalars(
             select(models.Step)
-            .where(models.Step.task_id == task_id)
-            .order_by(models.Step.attempt, models.Step.index)
+            .where(models.Step.task_id == task_id, models.Step.attempt == chosen)
+            .order_by(models.Step.index)
         )
-        return TrajectoryOut(task_id=task_id, steps=[step_out(row) for row in rows])
+        return reference_trajectory(task.prompt, [step_out(row) for row in rows])
 
 
 def step_out(row: models.Step) -> StepOut:
@@ -392,6 +461,11 @@ def step_out(row: models.Step) -> StepOut:
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
     )
+
+
+def skipped_of(row: models.Task) -> list[SkippedArtifact]:
+    """The task's output files that did not become artifacts."""
+    return [SkippedArtifact.model_validate(item) for item in row.artifacts_skipped or []]
 
 
 def task_out(row: models.Task) -> TaskOut:
@@ -415,4 +489,5 @@ def task_out(row: models.Task) -> TaskOut:
         answer=row.answer,
         usage=UsageOut.model_validate(row.usage),
         error=row.error,
+        artifacts_skipped=skipped_of(row),
     )

@@ -1,7 +1,8 @@
 """Run one attempt of one task: start it, run the episode, store outputs, finish it.
 
-`run_attempt` never raises: every failure becomes a finished task, because an
-exception escaping into the pool's TaskGroup would cancel sibling attempts.
+`run_attempt` never raises: every failure becomes a finished task (or, for an
+attempt that another worker took over, nothing at all), because an exception
+escaping into the pool's TaskGroup would cancel sibling attempts.
 """
 
 from __future__ import annotations
@@ -12,17 +13,27 @@ from dataclasses import asdict, dataclass
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.agent.prompts import render_prompts
+from app import logs
 from app.agent.types import AgentSpec
 from app.config import Settings
-from app.episode import Episode, EpisodeResult, chat_model_for, collect_caps, run_episode
-from app.errors import AppError, InvalidInput, LLMError
+from app.episode import (
+    Episode,
+    EpisodeResult,
+    chat_model_for,
+    collect_caps,
+    run_episode,
+    sandbox_caps,
+)
+from app.errors import AppError, InvalidInput, LLMError, SandboxError
+from app.prompt_configs import render_prompts, stored_prompt
+from app.sandbox import reaper
 from app.sandbox.docker import DockerHost
-from app.sandbox.policy import SandboxConfig
+from app.sandbox.policy import sandbox_config
 from app.schemas import UsageOut
 from app.services import attempts
-from app.services.attempts import StartedAttempt
+from app.services.attempts import StaleAttempt, StartedAttempt, TaskEnd
 from app.states import FinishReason
+from app.worker.running import End, Running, StopReason
 from app.worker.sink import TaskSink
 
 log = logging.getLogger(__name__)
@@ -35,47 +46,106 @@ class WorkerContext:
     redis: Redis
     docker: DockerHost
     name: str
+    instance: str
 
 
-async def run_attempt(ctx: WorkerContext, task_id: str) -> None:
-    """Run the task if it still needs running; always leave it finished."""
-    started = await attempts.start_attempt(ctx.sessions, ctx.redis, task_id, ctx.name)
-    if started is None:
-        return
+async def run_attempt(ctx: WorkerContext, running: Running) -> End:
+    """Run the task if it still needs running; say how the worker is done with its message."""
     try:
-        result = await _run(ctx, started)
-    except Exception as exc:  # the attempt must end in a terminal state whatever happened
-        log.exception("attempt %s/%s crashed", task_id, started.attempt)
-        await _finish_failed(ctx, task_id, _reason_for(exc), _describe(exc))
-        return
-    await _store(ctx, task_id, result)
+        started = await attempts.start_attempt(
+            ctx.sessions,
+            ctx.redis,
+            running.task_id,
+            ctx.name,
+            max_attempts=ctx.settings.worker_max_attempts,
+        )
+    except Exception:
+        log.exception("could not start %s; it will be retried", running.task_id)
+        return End.retry
+    if started is None:
+        return End.done
+    running.attempt = started.attempt
+    logs.bind(attempt=started.attempt, tenant=started.tenant)
+    log.info("attempt %d of %s started", started.attempt, started.task_id)
+    try:
+        return await _run_started(ctx, running, started)
+    except StaleAttempt:
+        log.warning("attempt %s of %s was taken over", started.attempt, started.task_id)
+        return End.stale
+    except Exception:  # even finishing failed (Postgres down): another attempt will run it
+        log.exception("attempt %s of %s could not be recorded", started.attempt, started.task_id)
+        return End.retry
 
 
-async def _run(ctx: WorkerContext, started: StartedAttempt) -> EpisodeResult:
-    model = chat_model_for(ctx.settings, started.spec.llm)
+async def _run_started(ctx: WorkerContext, running: Running, started: StartedAttempt) -> End:
+    """Raises StaleAttempt when a newer attempt owns the task; nothing else."""
+    await _remove_earlier_sandboxes(ctx, started)
     sink = TaskSink(ctx.sessions, ctx.redis, started.task_id, started.attempt)
     try:
+        result = await _run(ctx, started, sink, running)
+    except StaleAttempt:
+        raise
+    except Exception as exc:  # the attempt must end in a terminal state whatever happened
+        log.exception("attempt %s/%s crashed", started.task_id, started.attempt)
+        outcome = TaskEnd(_reason_for(exc), usage=sink.usage, error=_describe(exc))
+        await attempts.finish_task(
+            ctx.sessions, ctx.redis, started.task_id, started.attempt, outcome
+        )
+        return End.done
+    if running.reason is StopReason.lease_lost:
+        log.warning("attempt %d of %s lost its lease; stopped", started.attempt, started.task_id)
+        return End.stale
+    if running.reason is StopReason.hand_back and _was_stopped(result):
+        await attempts.hand_back(ctx.sessions, ctx.redis, started.task_id, started.attempt)
+        return End.hand_back
+    try:
+        await _store(ctx, started, result, sink.usage)
+    except StaleAttempt:
+        raise
+    except Exception as exc:  # e.g. an output Postgres refuses: finish without the outputs
+        log.exception("outputs of %s/%s could not be stored", started.task_id, started.attempt)
+        error = f"the task's outputs could not be stored: {_describe(exc)}"
+        outcome = TaskEnd(FinishReason.sandbox_error, usage=sink.usage, error=error)
+        await attempts.finish_task(
+            ctx.sessions, ctx.redis, started.task_id, started.attempt, outcome
+        )
+    return End.done
+
+
+async def _run(
+    ctx: WorkerContext, started: StartedAttempt, sink: TaskSink, running: Running
+) -> EpisodeResult:
+    model = chat_model_for(ctx.settings, started.spec.llm)
+    try:
         return await run_episode(
-            ctx.docker, model, episode_for(ctx, started), sink, collect_caps(ctx.settings)
+            ctx.docker,
+            model,
+            episode_for(ctx, started),
+            sink,
+            collect_caps(ctx.settings),
+            stop=running.stop,
         )
     finally:
         await model.aclose()
 
 
+async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt) -> None:
+    """A new attempt gets a new sandbox; a lost attempt's one (on this host) goes first."""
+    if started.attempt == 1:
+        return
+    try:
+        await reaper.remove_earlier_attempts(
+            ctx.docker, ctx.instance, started.task_id, started.attempt
+        )
+    except SandboxError as exc:
+        log.warning("could not remove earlier sandboxes of %s: %s", started.task_id, exc)
+
+
 def episode_for(ctx: WorkerContext, started: StartedAttempt) -> Episode:
     spec, workdir = started.spec, ctx.settings.sandbox_workdir
-    system, user = render_prompts(
-        spec.prompt_config,
-        started.prompt,
-        workdir=workdir,
-        input_dir=f"{workdir}/input",
-        output_dir=f"{workdir}/output",
-    )
-    labels = {
-        "sandhive.task": started.task_id,
-        "sandhive.attempt": str(started.attempt),
-        "sandhive.worker": ctx.name,
-    }
+    prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=workdir)
+    system, user = render_prompts(prompt, started.prompt)
+    labels = reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name)
     return Episode(
         agent=AgentSpec(
             system_prompt=system,
@@ -86,43 +156,48 @@ def episode_for(ctx: WorkerContext, started: StartedAttempt) -> Episode:
             max_context_tokens=spec.limits.max_context_tokens,
             tools_profile=spec.tools.profile,
             workdir=workdir,
+            answer_all_tool_calls=spec.tools.answer_all_tool_calls,
         ),
-        sandbox=SandboxConfig(
-            image=ctx.settings.sandbox_image,
+        sandbox=sandbox_config(  # the allow-list check between a task and Docker
+            sandbox_caps(ctx.settings),
             labels=labels,
             cpus=spec.sandbox.cpus,
             memory_mb=spec.sandbox.memory_mb,
-            pids_limit=ctx.settings.sandbox_pids_limit,
+            disk_mb=spec.sandbox.disk_mb,
             network=spec.sandbox.network,
             workdir=workdir,
         ),
         inputs=started.inputs,
-        input_dir=f"{workdir}/input",
-        output_dir=f"{workdir}/output",
+        input_dir=prompt.input_dir,
+        output_dir=prompt.output_dir,
     )
 
 
-async def _store(ctx: WorkerContext, task_id: str, result: EpisodeResult) -> None:
-    files = [(item.path, item.content) for item in result.files]
-    await attempts.save_artifacts(ctx.sessions, ctx.redis, task_id, files)
+async def _store(
+    ctx: WorkerContext, started: StartedAttempt, result: EpisodeResult, recorded: UsageOut
+) -> None:
     outcome = result.outcome
+    # A stopped loop returns no usage of its own: count the steps the sink recorded.
+    usage = recorded if _was_stopped(result) else UsageOut(**asdict(outcome.usage))
+    files = [(item.path, item.content) for item in result.files]
     await attempts.finish_task(
         ctx.sessions,
         ctx.redis,
-        task_id,
-        reason=outcome.finish_reason,
-        answer=result.answer(ctx.settings.answer_max_bytes),
-        usage=UsageOut(**asdict(outcome.usage)),
-        error=outcome.error,
+        started.task_id,
+        started.attempt,
+        TaskEnd(
+            outcome.finish_reason,
+            answer=result.answer(ctx.settings.answer_max_bytes),
+            usage=usage,
+            error=outcome.error,
+        ),
+        files,
+        skipped=result.skipped,
     )
 
 
-async def _finish_failed(
-    ctx: WorkerContext, task_id: str, reason: FinishReason, error: str
-) -> None:
-    await attempts.finish_task(
-        ctx.sessions, ctx.redis, task_id, reason=reason, answer=None, usage=UsageOut(), error=error
-    )
+def _was_stopped(result: EpisodeResult) -> bool:
+    return result.outcome.finish_reason is FinishReason.cancelled
 
 
 def _reason_for(exc: Exception) -> FinishReason:

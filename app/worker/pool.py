@@ -1,8 +1,11 @@
 """The worker pool: N slots on one event loop, each running one attempt at a time.
 
-arq/saq's shape rather than a framework: a semaphore for slots, a TaskGroup for
-attempts, a graceful stop on SIGTERM/SIGINT (stop claiming, let running
-attempts finish), and a burst mode that returns once the queue is empty.
+arq/saq's shape rather than a framework: a slot count, a TaskGroup for
+attempts, background chores (heartbeat and lease renewal, cancel watch,
+reconciliation, reaping), and a burst mode that returns once the queue is
+empty. SIGTERM stops claiming, lets running attempts finish for
+`worker_shutdown_grace_s`, then hands the rest back to the queue (a second
+signal skips the grace).
 """
 
 from __future__ import annotations
@@ -12,18 +15,30 @@ import logging
 import os
 import signal
 import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from app.bus import queue
+from app import logs, metrics
+from app.bus import leases, queue
 from app.bus.queue import Claim
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
 from app.sandbox.docker import DockerHost
+from app.services import admin
+from app.worker import heartbeat, reaping
 from app.worker.attempt import WorkerContext, run_attempt
+from app.worker.reconcile import Reconciler
+from app.worker.running import End, Running, StopReason
 
 log = logging.getLogger(__name__)
 CLAIM_BLOCK_MS = 1_000
+RECLAIM_EVERY_S = 1.0
+RETRY_PAUSE_S = 1.0
+MAX_BACKOFF_S = 5.0
 
 
 def default_name() -> str:
@@ -35,11 +50,19 @@ class Worker:
         self.settings = settings
         self.name = settings.worker_name or default_name()
         self.stopping = asyncio.Event()
-        self.free_slots = asyncio.Semaphore(settings.worker_concurrency)
+        self.hurry = asyncio.Event()
+        self.slot_freed = asyncio.Event()
+        self.busy = 0
+        self.running: dict[str, Running] = {}
+        self._last_reclaim = 0.0
+        self._backoff = 0.0
 
     def stop(self) -> None:
-        """Stop claiming; attempts already running finish."""
+        """Stop claiming; running attempts get the grace period (none on a second call)."""
+        if self.stopping.is_set():
+            self.hurry.set()
         self.stopping.set()
+        self.slot_freed.set()
 
     async def run(self, *, burst: bool = False) -> None:
         """Claim and run tasks until stopped (or, in burst mode, until the queue is empty)."""
@@ -48,15 +71,18 @@ class Worker:
         try:
             async with DockerHost() as docker:
                 await docker.ping()
-                await queue.ensure_group(redis)
                 ctx = WorkerContext(
-                    self.settings, create_sessions(engine), redis, docker, self.name
+                    self.settings,
+                    create_sessions(engine),
+                    redis,
+                    docker,
+                    self.name,
+                    self.settings.instance_name(),
                 )
-                log.info(
-                    "worker %s ready with %d slots", self.name, self.settings.worker_concurrency
-                )
-                await self._claim_loop(ctx, burst=burst)
+                await self._serve(ctx, burst=burst)
         finally:
+            with suppress(RedisError, OSError):
+                await leases.forget(redis, self.name)
             await redis.aclose()
             await engine.dispose()
 
@@ -65,21 +91,150 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
 
+    async def _serve(self, ctx: WorkerContext, *, burst: bool) -> None:
+        await _quietly("start", self._keep_alive(ctx))  # alive before any sandbox exists
+        await _quietly("create the queue", queue.ensure_group(ctx.redis))
+        reconciler = Reconciler(ctx)
+        s = self.settings
+        chores = [
+            self._every(s.worker_heartbeat_s, "heartbeat", lambda: self._keep_alive(ctx)),
+            self._every(
+                s.worker_cancel_poll_s,
+                "cancel watch",
+                lambda: heartbeat.watch_cancels(ctx, self.running),
+            ),
+            self._every(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once),
+            self._every(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running)),
+        ]
+        background = [asyncio.create_task(chore) for chore in chores]
+        metrics.SLOTS.set(s.worker_concurrency)
+        log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
+        try:
+            await self._claim_loop(ctx, burst=burst)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        log.info("worker %s stopped", self.name)
+
+    async def _keep_alive(self, ctx: WorkerContext) -> None:
+        await heartbeat.keep_alive(ctx, self.running)
+        if not self.stopping.is_set() and await admin.draining(ctx.redis, self.name):
+            log.info("worker %s is drained by an operator: no new tasks", self.name)
+            self.stop()
+
+    async def _every(
+        self, interval_s: float, what: str, job: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Run a chore now and then every interval; a failure is logged, never fatal."""
+        while True:
+            await _quietly(what, job())
+            await asyncio.sleep(interval_s)
+
     async def _claim_loop(self, ctx: WorkerContext, *, burst: bool) -> None:
         async with asyncio.TaskGroup() as group:
             while not self.stopping.is_set():
-                await self.free_slots.acquire()
-                claim = await queue.claim(ctx.redis, self.name, block_ms=CLAIM_BLOCK_MS)
+                if self.busy >= self.settings.worker_concurrency:
+                    await self._wait_for_slot()
+                    continue
+                claim = await self._next_claim(ctx, burst=burst)
                 if claim is None:
-                    self.free_slots.release()
-                    if burst:
+                    if burst and not self.busy:
                         break
                     continue
+                if self.stopping.is_set():  # read just as the stop came: back to the queue
+                    await _quietly("hand back", queue_again(ctx.redis, claim))
+                    break
+                self.busy += 1
                 group.create_task(self._attempt(ctx, claim))
+            if self.stopping.is_set():
+                group.create_task(self._hand_back_after_grace())
+
+    async def _wait_for_slot(self) -> None:
+        self.slot_freed.clear()
+        with suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.slot_freed.wait()
+
+    async def _next_claim(self, ctx: WorkerContext, *, burst: bool) -> Claim | None:
+        """A dead worker's message if one is due, else a new one; None when there is none."""
+        lease_ms = int(self.settings.worker_lease_s * 1000)
+        try:
+            if burst or time.monotonic() - self._last_reclaim >= RECLAIM_EVERY_S:
+                self._last_reclaim = time.monotonic()
+                claim = await queue.reclaim(ctx.redis, self.name, min_idle_ms=lease_ms)
+                if claim is not None:
+                    log.info("reclaimed %s: its lease expired", claim.task_id)
+                    metrics.RECLAIMED.inc()
+                    return claim
+            claim = await queue.claim(ctx.redis, self.name, block_ms=CLAIM_BLOCK_MS)
+        except (RedisError, OSError) as exc:
+            self._backoff = min(max(self._backoff * 2, 0.2), MAX_BACKOFF_S)
+            log.warning("cannot read the queue (%r); retrying in %.1f s", exc, self._backoff)
+            await asyncio.sleep(self._backoff)
+            return None
+        self._backoff = 0.0
+        return claim
 
     async def _attempt(self, ctx: WorkerContext, claim: Claim) -> None:
+        logs.bind(task_id=claim.task_id, worker=self.name)  # this asyncio task's lines only
+        metrics.RUNNING.inc()
         try:
-            await run_attempt(ctx, claim.task_id)
-            await queue.ack(ctx.redis, claim)
+            await self._run_claim(ctx, claim)
+        except (RedisError, OSError) as exc:  # the message stays pending: it will be reclaimed
+            log.warning("lost touch with Redis while handling %s: %r", claim.task_id, exc)
+        except Exception:  # nothing may escape into the TaskGroup
+            log.exception("attempt of %s failed outside run_attempt", claim.task_id)
         finally:
-            self.free_slots.release()
+            metrics.RUNNING.dec()
+            self.busy -= 1
+            self.slot_freed.set()
+
+    async def _run_claim(self, ctx: WorkerContext, claim: Claim) -> None:
+        holder = leases.holder_of(self.name, claim.message_id)
+        lease_ms = int(self.settings.worker_lease_s * 1000)
+        current = await leases.acquire(ctx.redis, claim.task_id, holder, lease_ms)
+        if current is not None:
+            if leases.message_of(current) != claim.message_id:
+                await queue.ack(ctx.redis, claim.message_id)  # a duplicate: the holder has its own
+            return
+        running = Running(claim, holder)
+        self.running[claim.task_id] = running
+        try:
+            end = await run_attempt(ctx, running)
+        finally:
+            del self.running[claim.task_id]
+        metrics.ATTEMPTS.labels(end.name).inc()
+        if end is End.retry:
+            await asyncio.sleep(RETRY_PAUSE_S)
+        if end is not End.stale:
+            requeue = end in (End.hand_back, End.retry)
+            await leases.release(
+                ctx.redis, claim.task_id, holder, claim.message_id, requeue=requeue
+            )
+
+    async def _hand_back_after_grace(self) -> None:
+        """After the grace period, stop what still runs; each attempt hands its task back."""
+        grace = self.settings.worker_shutdown_grace_s
+        log.info("stopping: %d attempts get %.0f s to finish", len(self.running), grace)
+        with suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                while self.busy and not self.hurry.is_set():
+                    await self._wait_for_slot()
+        for item in self.running.values():
+            item.request_stop(StopReason.hand_back)
+
+
+async def queue_again(redis: Redis, claim: Claim) -> None:
+    """Give a message back untouched: a fresh copy on the queue, this one acked."""
+    await queue.enqueue(redis, claim.task_id)
+    await queue.ack(redis, claim.message_id)
+
+
+async def _quietly(what: str, job: Awaitable[object]) -> None:
+    try:
+        await job
+    except (RedisError, OSError) as exc:  # an outage: the next round retries
+        log.warning("worker chore %r failed: %r", what, exc)
+    except Exception:  # a chore must never take the worker down
+        log.exception("worker chore %r failed", what)

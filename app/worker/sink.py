@@ -1,15 +1,24 @@
-"""The worker's EventSink: steps and durable events to Postgres, then to live followers."""
+"""The worker's EventSink: steps and durable events to Postgres, then to live followers.
+
+Every write is fenced by the attempt (`services.attempts`); the usage of the
+steps recorded so far is kept here, for an attempt that is stopped mid-way.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app import metrics
 from app.agent.types import Step
-from app.schemas import ActionOut, StepOut
+from app.schemas import ActionOut, StepOut, UsageOut
 from app.services import attempts, events
+
+log = logging.getLogger(__name__)
 
 
 class TaskSink:
@@ -20,17 +29,27 @@ class TaskSink:
     ) -> None:
         self.sessions, self.redis = sessions, redis
         self.task_id, self.attempt = task_id, attempt
+        self.usage = UsageOut()
 
     async def step_started(self, index: int) -> None:
-        await attempts.step_started(self.sessions, self.redis, self.task_id, index)
+        await attempts.step_started(self.sessions, self.redis, self.task_id, self.attempt, index)
 
     async def step_completed(self, step: Step) -> None:
         await attempts.save_step(
             self.sessions, self.redis, self.task_id, step_out(step, self.attempt)
         )
+        metrics.observe_step(step.llm_ms, step.tool_ms, step.prompt_tokens, step.completion_tokens)
+        self.usage.steps += 1
+        self.usage.prompt_tokens += step.prompt_tokens
+        self.usage.completion_tokens += step.completion_tokens
+        self.usage.llm_seconds += step.llm_ms / 1000
+        self.usage.sandbox_seconds += step.tool_ms / 1000
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
-        await events.publish(self.redis, events.live_event(self.task_id, kind, data))
+        try:
+            await events.publish(self.redis, events.live_event(self.task_id, kind, data))
+        except (RedisError, OSError) as exc:  # live-only events may be lost (API.md)
+            log.debug("live event of %s dropped: %r", self.task_id, exc)
 
 
 def step_out(step: Step, attempt: int) -> StepOut:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from app.agent.tools import (
+    NAMELESS_CALL,
     NO_TOOL_CALL_NUDGE,
     ToolContext,
     ToolResult,
@@ -112,3 +113,10 @@ async def test_standard_explains_bad_arguments_and_accepts_empty_ones(box: Docke
     assert (await run_tool(call("submit", None, ""), ctx)).done
     empty = await run_tool(call("execute_bash", None, ""), ctx)
     assert empty == ToolResult("Error: No command provided.")
+
+
+async def test_standard_names_the_problem_of_a_nameless_call(box: DockerSandbox) -> None:
+    ctx = ToolContext(box=box, profile="standard")
+    result = await run_tool(call("", {"command": "ls"}, '{"command": "ls"}'), ctx)
+    assert result == ToolResult(NAMELESS_CALL)
+    assert "execute_bash" in NAMELESS_CALL

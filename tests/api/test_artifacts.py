@@ -41,7 +41,7 @@ async def test_list_gives_metadata_sorted_by_path(client: httpx.AsyncClient, tas
         }
         for path, content, content_type in sorted(FILES)
     ]
-    assert response.json() == {"items": expected}
+    assert response.json() == {"items": expected, "skipped": []}
 
 
 @pytest.mark.parametrize(("path", "content", "content_type"), FILES)
@@ -82,7 +82,8 @@ async def test_the_zip_holds_every_file(client: httpx.AsyncClient, task_id: str)
 
 async def test_a_task_without_artifacts(client: httpx.AsyncClient, sessions: Sessions) -> None:
     task_id = await insert_task(sessions)
-    assert (await client.get(f"/v1/tasks/{task_id}/artifacts")).json() == {"items": []}
+    listing = (await client.get(f"/v1/tasks/{task_id}/artifacts")).json()
+    assert listing == {"items": [], "skipped": []}
     response = await client.get(f"/v1/tasks/{task_id}/artifacts.zip")
     with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
         assert archive.namelist() == []

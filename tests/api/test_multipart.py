@@ -98,3 +98,16 @@ async def test_openapi_documents_both_bodies(client: httpx.AsyncClient) -> None:
     spec = (await client.get("/openapi.json")).json()
     content = spec["paths"]["/v1/tasks"]["post"]["requestBody"]["content"]
     assert {"application/json", "multipart/form-data"} <= set(content)
+
+
+async def test_input_files_that_are_not_a_list_answer_422(
+    client: httpx.AsyncClient, sessions: Sessions
+) -> None:
+    for listed in (5, {"a": 1}, "x"):
+        task = json.dumps({"prompt": "p", "input_files": listed})
+        response = await client.post(
+            "/v1/tasks", data={"task": task}, files=[("f", ("a.txt", b"a"))]
+        )
+        assert_error(response, 422, "invalid_input")
+    async with sessions() as session:
+        assert (await session.scalars(select(models.Task))).all() == []

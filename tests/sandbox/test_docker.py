@@ -55,7 +55,9 @@ async def test_created_container_carries_labels_and_policy(
     assert hc["Privileged"] is False
     assert hc["SecurityOpt"] == ["no-new-privileges"]
     assert hc["PidsLimit"] == 512
-    assert hc["Memory"] == hc["MemorySwap"] == 512 * 2**20
+    # memory_mb plus the RAM-backed /testbed (disk_mb, 1024 by default)
+    assert hc["Memory"] == hc["MemorySwap"] == (512 + 1024) * 2**20
+    assert hc["ReadonlyRootfs"] is True
 
 
 async def test_sandbox_runs_without_the_dropped_capabilities(sandbox: DockerSandbox) -> None:

@@ -201,3 +201,32 @@ async def test_collect_lists_a_bounded_number_of_skipped_entries() -> None:
     got = await collect(make_tar(members, link="/etc/passwd"))
     assert len(got.skipped) == 1001
     assert got.skipped[-1] == ("", "more entries skipped")
+
+
+async def test_collect_skips_names_too_long_to_store() -> None:
+    long_name = "output/" + "/".join(["d" * 200] * 6) + "/f.txt"
+    data = make_tar([(long_name, tarfile.REGTYPE, b"x"), ("output/ok", tarfile.REGTYPE, b"ok")])
+    got = await collect(data)
+    assert got.files == [CollectedFile("ok", b"ok")]
+    assert [reason for _, reason in got.skipped] == ["unusable file name"]
+
+
+async def test_collect_skips_undecodable_names() -> None:
+    # GNU format keeps raw bytes: a non-UTF-8 name decodes with a replacement character.
+    raw = make_tar([("output/x", tarfile.REGTYPE, b"a")], fmt=tarfile.GNU_FORMAT)
+    data = raw.replace(b"output/x", b"output/\xff", 1)
+    data = data[:148] + b"        " + data[156:]  # recompute the header checksum below
+    checksum = sum(data[:512])
+    data = data[:148] + f"{checksum:06o}\0 ".encode() + data[156:]
+    got = await collect(data)
+    assert got.files == []
+    assert [reason for _, reason in got.skipped] == ["unusable file name"]
+
+
+async def test_collect_keeps_only_the_first_of_repeated_members() -> None:
+    data = make_tar(
+        [("output/a.txt", tarfile.REGTYPE, b"first"), ("output/a.txt", tarfile.REGTYPE, b"second")]
+    )
+    got = await collect(data)
+    assert got.files == [CollectedFile("a.txt", b"first")]
+    assert got.skipped == [("a.txt", "duplicate entry")]

@@ -33,6 +33,8 @@ def plain_settings(database_url: str, **overrides: Any) -> Settings:
         "llm_base_url": "http://127.0.0.1:9/v1",
         "llm_model": "test-model",
         "sandbox_image": "sandhive-sandbox:test",
+        "auth": "disabled",  # every call is tenant `default`; tests/security covers keys
+        "rate_limit_per_s": 0,
         **overrides,
     }
     return Settings(_env_file=None, **values)

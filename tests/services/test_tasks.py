@@ -150,8 +150,8 @@ def test_check_accepts_relative_paths(path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/etc/passwd", "../x", "a/../../b", "a//b", "a/", ".", "./a", "a/./b", "a\x00b"]
-)
+    "path", ["/etc/passwd", "../x", "a/../../b", "a//b", "a/", ".", "./a", "a/./b"]
+)  # NUL never gets this far: the schema refuses it (tests/security/test_schemas.py)
 def test_check_refuses_unsafe_paths(path: str) -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x")
     with pytest.raises(InvalidInput) as caught:

@@ -31,6 +31,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
             continue
         if hasattr(value, "get_secret_value"):
             value = value.get_secret_value()
+        if isinstance(value, list):  # list settings read "a,b" from the environment
+            value = ",".join(map(str, value))
         env[f"SANDHIVE_{name.upper()}"] = str(value)
     return env
 

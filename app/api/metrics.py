@@ -1,0 +1,100 @@
+"""`GET /metrics`: the deployment's figures in Prometheus text format, computed at scrape time.
+
+From Postgres: tasks by status, failed tasks by finish reason, the oldest
+queued task's age, lost (reclaimed) attempts. From Redis: the task stream's
+length, live workers with their slots and busy slots. From this API process:
+stream viewers (WebSocket and SSE clients) and live feeds. Per-step
+histograms (step, LLM and command latency, tokens) are the worker's own, on
+`SANDHIVE_WORKER_METRICS_PORT` (`app.metrics`). Unauthenticated, like
+`/healthz`: keep it off the public listener (it names no tenant or task).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from app.api.deps import Res
+from app.api.stream import get_hub
+from app.services import admin
+from app.states import TaskStatus
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request, res: Res) -> Response:
+    families = await _families(request, res)
+    registry = CollectorRegistry()
+    registry.register(_Fixed(families))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _families(request: Request, res: Res) -> list[GaugeMetricFamily]:
+    figures = await admin.task_figures(res.sessions)
+    workers = await admin.list_workers(res.redis)
+    depth = await admin.stream_length(res.redis)
+    tasks = GaugeMetricFamily("sandhive_tasks", "Tasks by status.", labels=["status"])
+    for status in TaskStatus:
+        tasks.add_metric([status.value], figures.by_status.get(status.value, 0))
+    failed = GaugeMetricFamily(
+        "sandhive_tasks_failed", "Failed tasks by finish reason.", labels=["finish_reason"]
+    )
+    for reason, count in sorted(figures.failed_by_reason.items()):
+        failed.add_metric([reason], count)
+    slots = GaugeMetricFamily("sandhive_worker_slots_total", "Slots per worker.", labels=["worker"])
+    busy = GaugeMetricFamily("sandhive_worker_busy", "Busy slots per worker.", labels=["worker"])
+    for worker in workers:
+        slots.add_metric([worker.name], worker.slots)
+        busy.add_metric([worker.name], worker.busy)
+    stats = get_hub(request).stats()
+    return [
+        tasks,
+        failed,
+        slots,
+        busy,
+        _gauge(
+            "sandhive_queue_depth", "Queued tasks (Postgres).", figures.by_status.get("queued", 0)
+        ),
+        _gauge("sandhive_queue_stream_length", "Entries in the Redis task stream.", depth),
+        _gauge(
+            "sandhive_queue_oldest_age_seconds",
+            "Age of the oldest queued task.",
+            figures.oldest_queued_age_s,
+        ),
+        _gauge(
+            "sandhive_running_sandboxes",
+            "Running attempts, each in its own sandbox.",
+            figures.by_status.get("running", 0),
+        ),
+        _gauge(
+            "sandhive_lost_attempts",
+            "Attempts lost to dead workers (reclaimed).",
+            figures.lost_attempts,
+        ),
+        _gauge("sandhive_workers", "Workers with a live heartbeat.", len(workers)),
+        _gauge(
+            "sandhive_stream_clients",
+            "WebSocket/SSE viewers on this API process.",
+            stats["viewers"],
+        ),
+        _gauge(
+            "sandhive_stream_feeds", "Redis live feeds read by this API process.", stats["readers"]
+        ),
+    ]
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class _Fixed(Collector):
+    """A collector that yields figures already computed."""
+
+    def __init__(self, families: list[GaugeMetricFamily]) -> None:
+        self.families = families
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        return self.families

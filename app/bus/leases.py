@@ -1,0 +1,120 @@
+"""Who runs what, and who is alive: task leases and worker heartbeats in Redis.
+
+A task's lease is one key, `holder` = "worker|message id", set with NX when a
+worker takes the task and renewed (with its queue message's idle time) while
+the task runs; when the worker dies the key expires and its message becomes
+reclaimable. Postgres fencing (`services.attempts`) is what makes a stale
+holder harmless; the lease is what keeps two live workers from both starting.
+Imported by the worker only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+
+from redis.asyncio import Redis
+
+from app.bus import keys
+
+# KEYS: lease. ARGV: holder, lease ms. Returns "" when taken, else the current holder.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
+return redis.call('GET', KEYS[1]) or ''
+"""
+
+# KEYS: lease, stream. ARGV: holder, lease ms, group, consumer, message id.
+# 1 while the lease is ours (a lease Redis lost is taken back), 0 once another holds it.
+_RENEW = """
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+pcall(redis.call, 'XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
+return 1
+"""
+
+# KEYS: lease, stream. ARGV: holder, group, message id, task id to enqueue again ("" for none).
+# Drops the lease and acks the message unless another holder took the task over.
+_RELEASE = """
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], '*', 'task_id', ARGV[4]) end
+pcall(redis.call, 'XACK', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XDEL', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+def holder_of(worker: str, message_id: str) -> str:
+    return f"{worker}|{message_id}"
+
+
+def message_of(holder: str) -> str:
+    """The message id part of a holder value."""
+    return holder.rpartition("|")[2]
+
+
+async def acquire(redis: Redis, task_id: str, holder: str, lease_ms: int) -> str | None:
+    """Take the task's lease: None when taken, else who holds it."""
+    current = await redis.register_script(_ACQUIRE)(
+        keys=[keys.task_lease(task_id)], args=[holder, lease_ms]
+    )
+    text = _text(current)
+    return None if text == "" else text
+
+
+async def renew(
+    redis: Redis, task_id: str, holder: str, lease_ms: int, *, consumer: str, message_id: str
+) -> bool:
+    """Extend the lease and reset the message's idle time; False once another holder has it."""
+    kept = await redis.register_script(_RENEW)(
+        keys=[keys.task_lease(task_id), keys.TASK_STREAM],
+        args=[holder, lease_ms, keys.WORKER_GROUP, consumer, message_id],
+    )
+    return bool(kept)
+
+
+async def release(
+    redis: Redis, task_id: str, holder: str, message_id: str, *, requeue: bool = False
+) -> bool:
+    """Drop the lease and ack the message (enqueueing the task again first when requeue)."""
+    done = await redis.register_script(_RELEASE)(
+        keys=[keys.task_lease(task_id), keys.TASK_STREAM],
+        args=[holder, keys.WORKER_GROUP, message_id, task_id if requeue else ""],
+    )
+    return bool(done)
+
+
+async def held(redis: Redis, task_ids: Collection[str]) -> set[str]:
+    """The tasks among task_ids whose lease someone holds now."""
+    if not task_ids:
+        return set()
+    ordered = list(task_ids)
+    values = await redis.mget([keys.task_lease(task_id) for task_id in ordered])
+    return {task_id for task_id, value in zip(ordered, values, strict=True) if value is not None}
+
+
+async def beat(redis: Redis, worker: str, ttl_ms: int, info: Mapping[str, object]) -> None:
+    """Say the worker is alive for the next ttl_ms."""
+    await redis.set(keys.worker_heartbeat(worker), json.dumps(dict(info)), px=ttl_ms)
+
+
+async def alive(redis: Redis, workers: Collection[str]) -> set[str]:
+    """The workers among `workers` whose heartbeat has not expired."""
+    if not workers:
+        return set()
+    ordered = list(workers)
+    values = await redis.mget([keys.worker_heartbeat(name) for name in ordered])
+    return {name for name, value in zip(ordered, values, strict=True) if value is not None}
+
+
+async def forget(redis: Redis, worker: str) -> None:
+    """A clean exit: the worker is gone now, not after its heartbeat expires."""
+    await redis.delete(keys.worker_heartbeat(worker))
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)

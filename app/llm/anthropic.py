@@ -1,0 +1,202 @@
+"""Anthropic's Messages API over httpx: the `ChatModel` for profiles of kind "anthropic".
+
+Imported by `app.episode` (through the profile's kind) and tests. Native tool
+use and extended thinking (turned on through `extra_body`, e.g.
+`{"thinking": {"type": "enabled", "budget_tokens": 4096}}`); thinking text
+becomes the step's reasoning and its blocks are sent back verbatim. Retries,
+backoff, Retry-After and the context-length recovery follow `app.llm.openai`.
+With an `on_delta` callback the answer is streamed (SSE) and its text and
+thinking arrive as deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
+from app.errors import LLMError
+from app.llm.anthropic_stream import MessageAssembler, StreamError, sse_events
+from app.llm.anthropic_wire import parse_message, request_parts
+from app.llm.openai import parse_retry_after, redact_url, retry_delay
+from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
+
+API_VERSION = "2023-06-01"
+MAX_CONNECT_TIMEOUT_S = 30.0
+EXCERPT_CHARS = 300
+ERROR_BODY_CHARS = 4000
+RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "incomplete"}
+PROTECTED_KEYS = frozenset({"model", "messages", "system", "tools", "max_tokens", "stream"})
+"""Request fields extra_body cannot override: the loop and the server decide them."""
+MALFORMED = (AttributeError, KeyError, IndexError, TypeError, ValueError)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    description: str
+    retryable: bool
+    status: int | None = None
+    retry_after_s: float | None = None
+    body: str = ""
+
+
+class AnthropicChatModel:
+    """Calls `{base_url}/messages` (base_url like `https://api.anthropic.com/v1`)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        temperature: float | None,
+        max_tokens: int,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout_s: float = 1200.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/messages"
+        self.model = model
+        self._api_key = api_key
+        self._headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            self._headers["x-api-key"] = api_key
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._extra_body = dict(extra_body or {})
+        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, MAX_CONNECT_TIMEOUT_S))
+        self._max_retries = max_retries
+        self._backoff_s = backoff_s
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        on_delta: DeltaCallback | None = None,
+    ) -> Completion:
+        """One answer with the tools offered (streamed when on_delta is given); LLMError at last."""
+        body = self.build_body(messages, tools)
+        if on_delta is not None:
+            body["stream"] = True
+        attempts = self._max_retries + 1
+        attempt = recoveries = 0
+        while True:
+            outcome = await self._attempt(body, on_delta)
+            if isinstance(outcome, Completion):
+                return outcome
+            if recoveries < MAX_RECOVERIES and self._shrink_max_tokens(body, outcome):
+                recoveries += 1  # a context-length recovery is not a retry
+                continue
+            attempt += 1
+            if not outcome.retryable or attempt == attempts:
+                raise self._error(outcome.description, outcome.status, attempt)
+            await asyncio.sleep(retry_delay(attempt, self._backoff_s, outcome.retry_after_s))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, but only one this model created itself."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    def build_body(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> dict[str, Any]:
+        """The request JSON: system apart, content blocks, tools with input_schema."""
+        system, turns, definitions = request_parts(messages, tools)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": self._max_tokens}
+        if system:
+            body["system"] = system
+        body["messages"] = turns
+        if definitions:
+            body["tools"] = definitions
+        # Extended thinking accepts no temperature but 1: leave it to the API's default then.
+        thinking = self._extra_body.get("thinking")
+        thinking_on = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+        if self._temperature is not None and not thinking_on:
+            body["temperature"] = self._temperature
+        body.update({k: v for k, v in self._extra_body.items() if k not in PROTECTED_KEYS})
+        return body
+
+    def _shrink_max_tokens(self, body: dict[str, Any], failure: _Failure) -> bool:
+        """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
+        if not is_context_error(failure.status, failure.body):
+            return False
+        smaller = next_max_tokens(body.get("max_tokens"), failure.body)
+        if smaller is None:
+            return False
+        body["max_tokens"] = self._max_tokens = smaller
+        return True
+
+    async def _attempt(
+        self, body: dict[str, Any], on_delta: DeltaCallback | None
+    ) -> Completion | _Failure:
+        """One request: the completion, or what went wrong (a protocol error is not retryable)."""
+        try:
+            async with self._client.stream(
+                "POST", self.url, json=body, headers=self._headers, timeout=self._timeout
+            ) as response:
+                if not response.is_success:
+                    await response.aread()
+                    return self._http_failure(response)
+                content_type = response.headers.get("content-type", "")
+                if content_type.startswith("text/event-stream"):  # else a proxy answered JSON
+                    return await self._read_stream(response, on_delta)
+                await response.aread()
+                return self._parse(response)
+        except httpx.TimeoutException as exc:
+            return _Failure(f"timed out: {type(exc).__name__}", retryable=True)
+        except httpx.TransportError as exc:
+            return _Failure(f"unreachable: {exc!r}", retryable=True)
+
+    def _http_failure(self, response: httpx.Response) -> _Failure:
+        status = response.status_code
+        return _Failure(
+            f"HTTP {status}: {self._excerpt(response.text)}",
+            retryable=status == 429 or status >= 500,
+            status=status,
+            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+            body=response.text[:ERROR_BODY_CHARS],
+        )
+
+    async def _read_stream(
+        self, response: httpx.Response, on_delta: DeltaCallback | None
+    ) -> Completion | _Failure:
+        assembler = MessageAssembler(on_delta)
+        try:
+            async for _event, data in sse_events(response.aiter_lines()):
+                await assembler.feed(json.loads(data))
+            if not assembler.done:
+                raise StreamError("incomplete", "the stream ended before message_stop")
+            return parse_message(assembler.message)
+        except StreamError as exc:
+            retryable = exc.kind in RETRYABLE_STREAM_ERRORS
+            return _Failure(f"stream failed: {exc}", retryable=retryable, body=str(exc))
+        except MALFORMED as exc:
+            return _Failure(f"malformed event stream ({exc!r})", False, response.status_code)
+
+    def _parse(self, response: httpx.Response) -> Completion | _Failure:
+        """The message in a successful answer, or a protocol failure (not retried)."""
+        try:
+            return parse_message(response.json())
+        except MALFORMED as exc:
+            excerpt = self._excerpt(response.text)
+            return _Failure(f"malformed message ({exc!r}): {excerpt}", False, response.status_code)
+
+    def _excerpt(self, text: str) -> str:
+        """A short, key-free slice of a response body for error messages."""
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return " ".join(text.split())[:EXCERPT_CHARS] or "(empty body)"
+
+    def _error(self, description: str, status: int | None, attempts: int) -> LLMError:
+        endpoint = redact_url(self.url)
+        message = f"LLM endpoint {endpoint}: {description} (after {attempts} attempt(s))"
+        return LLMError(message, {"endpoint": endpoint, "status": status, "attempts": attempts})

@@ -1,0 +1,196 @@
+"""The host end of the exec channel: one long-lived `docker exec` per sandbox, many commands.
+
+`ExecChannel.open` starts `app/sandbox/channel_agent.py` inside a running container
+(its source passed to `python3 -c`, so any image with python3 works and nothing is
+written into the container) and keeps that one exec's stdin/stdout open; each
+`exec` is then a framed request on it instead of a new `docker exec` (~1 ms instead
+of ~60-80 ms). Returns None when the agent cannot start (no python3, say): the
+caller keeps the per-command `docker exec` path. Imported by `app.sandbox.docker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import secrets
+import struct
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
+from typing import Any
+
+from aiodocker.containers import DockerContainer
+from aiodocker.exceptions import DockerError
+from aiodocker.stream import Stream
+
+from app.agent.types import ExecResult, OutputCallback
+from app.errors import SandboxError
+from app.sandbox.capture import OutputCapture
+
+AGENT_SOURCE = (Path(__file__).parent / "channel_agent.py").read_text()
+HEAD = struct.Struct(">II")
+MARK = "SANDHIVE_EXEC_ID"
+READY_TIMEOUT_S = 10.0
+KILL_TIMEOUT_S = 15.0
+Frame = tuple[dict[str, Any], bytes]
+log = logging.getLogger(__name__)
+_LIVE: set[ExecChannel] = set()
+"""Open channels, so a reader task is never garbage-collected while its stream is open."""
+
+
+class ExecChannel:
+    """Framed requests to the in-sandbox agent; safe for concurrent `exec` calls."""
+
+    def __init__(self, stack: AsyncExitStack, stream: Stream, cap_bytes: int) -> None:
+        self._stack = stack
+        self._stream = stream
+        self._cap = cap_bytes
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Queue[Frame | None]] = {}
+        self._ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._write_lock = asyncio.Lock()
+        self.alive = True
+        self._reader = asyncio.create_task(self._read())
+        _LIVE.add(self)
+
+    @classmethod
+    async def open(cls, container: DockerContainer, cap_bytes: int) -> ExecChannel | None:
+        """Start the agent in the container; None when it does not come up."""
+        stack = AsyncExitStack()
+        try:
+            run = await container.exec(
+                ["python3", "-c", AGENT_SOURCE], stdin=True, workdir="/", environment={}
+            )
+            stream = await stack.enter_async_context(run.start(detach=False))
+            channel = cls(stack, stream, cap_bytes)
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                if await channel._ready:
+                    return channel
+            await channel.close()
+        except (DockerError, OSError, RuntimeError) as exc:  # OSError covers TimeoutError
+            log.info("exec channel unavailable, using docker exec: %r", exc)
+            await stack.aclose()
+        return None
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        timeout_s: float | None,
+        on_output: OutputCallback | None,
+    ) -> ExecResult:
+        """Run argv through the agent: same contract as `DockerSandbox.exec`."""
+        rid = next(self._ids)
+        queue: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self._waiting[rid] = queue
+        out, err = OutputCapture(self._cap), OutputCapture(self._cap)
+        request = {
+            "op": "run",
+            "id": rid,
+            "argv": list(argv),
+            "cwd": workdir,
+            "env": {**(env or {}), MARK: secrets.token_hex(12)},
+            "stdin": stdin is not None,
+        }
+        try:
+            await self._send(request, stdin or b"")
+            async with asyncio.timeout(timeout_s):
+                code = await _collect(queue, out, err, on_output)
+        except TimeoutError:
+            await self._kill(rid, queue)
+            return ExecResult(-1, out.value(), err.value(), timed_out=True)
+        except asyncio.CancelledError:
+            await self._kill(rid, queue)  # the command must not outlive the call
+            raise
+        finally:
+            self._waiting.pop(rid, None)
+        return ExecResult(code, out.value(), err.value())
+
+    async def _kill(self, rid: int, queue: asyncio.Queue[Frame | None]) -> None:
+        """Ask the agent to SIGKILL the command's tree and wait until it says it did."""
+        with suppress(SandboxError, TimeoutError):
+            async with asyncio.timeout(KILL_TIMEOUT_S):
+                await self._send({"op": "kill", "id": rid}, b"")
+                while (frame := await queue.get()) is not None:
+                    if "killed" in frame[0] or "exit" in frame[0]:
+                        return
+
+    async def _send(self, header: Mapping[str, Any], payload: bytes) -> None:
+        if not self.alive:
+            raise SandboxError("exec channel closed")
+        data = json.dumps(header).encode()
+        try:
+            async with self._write_lock:
+                await self._stream.write_in(HEAD.pack(len(data), len(payload)) + data + payload)
+        except (OSError, RuntimeError, AssertionError) as exc:
+            raise SandboxError(f"exec channel write failed: {exc!r}") from exc
+
+    async def _read(self) -> None:
+        """Split the agent's stdout into frames and hand each to its command's queue."""
+        buf = bytearray()
+        try:
+            while (message := await self._stream.read_out()) is not None:
+                if message.stream == 2:
+                    log.debug("channel agent: %r", message.data[-500:])
+                    continue
+                buf += message.data
+                while len(buf) >= HEAD.size:
+                    size, length = HEAD.unpack_from(buf)
+                    if len(buf) < HEAD.size + size + length:
+                        break
+                    header = json.loads(bytes(buf[HEAD.size : HEAD.size + size]))
+                    payload = bytes(buf[HEAD.size + size : HEAD.size + size + length])
+                    del buf[: HEAD.size + size + length]
+                    self._dispatch(header, payload)
+        except Exception as exc:  # the stream broke: every waiting command fails below
+            log.warning("exec channel lost: %r", exc)
+        finally:
+            self.alive = False
+            if not self._ready.done():
+                self._ready.set_result(False)
+            for queue in self._waiting.values():
+                queue.put_nowait(None)
+            _LIVE.discard(self)
+            with suppress(Exception):
+                await self._stack.aclose()  # the container is gone or the channel closed
+
+    def _dispatch(self, header: dict[str, Any], payload: bytes) -> None:
+        if "ready" in header:
+            if not self._ready.done():
+                self._ready.set_result(True)
+            return
+        queue = self._waiting.get(int(header.get("id", 0)))
+        if queue is not None:
+            queue.put_nowait((header, payload))
+
+    async def close(self) -> None:
+        """Close the stream (the agent exits at EOF) and stop reading."""
+        self.alive = False
+        with suppress(Exception):
+            await self._stack.aclose()
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+
+async def _collect(
+    queue: asyncio.Queue[Frame | None],
+    out: OutputCapture,
+    err: OutputCapture,
+    on_output: OutputCallback | None,
+) -> int:
+    """Output chunks until the exit frame; the exit code."""
+    while (frame := await queue.get()) is not None:
+        header, payload = frame
+        if "exit" in header:
+            return int(header["exit"])
+        name = header.get("stream")
+        if name in ("stdout", "stderr"):
+            (out if name == "stdout" else err).add(payload)
+            if on_output is not None:
+                await on_output(name, payload)
+    raise SandboxError("exec channel closed while a command ran")

@@ -1,0 +1,94 @@
+"""Finding and removing the sandboxes of dead workers and finished tasks (invariant 4).
+
+Only containers carrying `sandhive.managed` *and* this deployment's
+`sandhive.instance` label are ever listed, so nothing Sandhive did not create
+(and nothing another deployment created) can be removed. Which of them must go
+is the worker's decision (`app.worker.reaping`), which knows the tasks and the
+live workers; this module only talks to Docker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from app.errors import SandboxError
+from app.sandbox.docker import DockerHost, docker_errors
+from app.sandbox.policy import MANAGED_LABEL
+
+INSTANCE_LABEL = "sandhive.instance"
+TASK_LABEL = "sandhive.task"
+ATTEMPT_LABEL = "sandhive.attempt"
+WORKER_LABEL = "sandhive.worker"
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One of our containers, by what its labels say."""
+
+    id: str
+    task_id: str
+    attempt: int
+    worker: str
+
+
+def labels_for(instance: str, task_id: str, attempt: int, worker: str) -> dict[str, str]:
+    """The labels every task sandbox carries (`sandhive.managed` is added by the policy)."""
+    return {
+        INSTANCE_LABEL: instance,
+        TASK_LABEL: task_id,
+        ATTEMPT_LABEL: str(attempt),
+        WORKER_LABEL: worker,
+    }
+
+
+async def list_managed(
+    host: DockerHost, instance: str, *, task_id: str | None = None
+) -> list[Labelled]:
+    """This deployment's sandboxes (of one task when given), running or not."""
+    wanted = {MANAGED_LABEL: "1", INSTANCE_LABEL: instance}
+    if task_id is not None:
+        wanted[TASK_LABEL] = task_id
+    filters = json.dumps({"label": [f"{key}={value}" for key, value in wanted.items()]})
+    with docker_errors("list sandboxes"):
+        containers = await host.api().containers.list(all=True, filters=filters)
+    found = []
+    for container in containers:
+        labels = container["Labels"] or {}
+        found.append(
+            Labelled(
+                id=container.id,
+                task_id=labels.get(TASK_LABEL, ""),
+                attempt=_int(labels.get(ATTEMPT_LABEL, "")),
+                worker=labels.get(WORKER_LABEL, ""),
+            )
+        )
+    return found
+
+
+async def remove_all(host: DockerHost, doomed: Iterable[Labelled]) -> list[str]:
+    """Force-remove each container; the ids actually removed (a failure is left for next time)."""
+    removed = []
+    for item in doomed:
+        try:
+            await host.remove_container(item.id)
+        except SandboxError:
+            continue
+        removed.append(item.id)
+    return removed
+
+
+async def remove_earlier_attempts(
+    host: DockerHost, instance: str, task_id: str, attempt: int
+) -> list[str]:
+    """Before attempt N starts, the sandboxes of attempts below N go (on this Docker host)."""
+    stale = [c for c in await list_managed(host, instance, task_id=task_id) if c.attempt < attempt]
+    return await remove_all(host, stale)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0

@@ -1,0 +1,192 @@
+"""Operator use cases: figures for `/metrics`, workers and their slots, drain, requeue, fail, prune.
+
+Imported by the API (`/metrics`), the worker (the drain flag) and `sandhive
+admin`. Workers are read from the heartbeat keys they renew in Redis
+(`app.bus.leases.beat`); a drain is a Redis flag the worker reads at its next
+heartbeat, after which it stops claiming, like on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from redis.asyncio import Redis
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.bus import cancel, keys, queue
+from app.db import models
+from app.errors import Conflict, NotFound
+from app.ids import utc_now
+from app.services.attempts import TaskEnd, finish_row, publish_quietly
+from app.states import FinishReason, TaskStatus, is_terminal
+
+log = logging.getLogger(__name__)
+Sessions = async_sessionmaker[AsyncSession]
+DRAIN_TTL_S = 7 * 24 * 3600
+
+
+def drain_flag(worker: str) -> str:
+    """Set by `sandhive admin drain`; the worker stops claiming once it sees it."""
+    return f"{keys.PREFIX}:drain:{worker}"
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    name: str
+    host: str
+    pid: int
+    slots: int
+    busy: int
+    draining: bool
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    by_status: dict[str, int]
+    failed_by_reason: dict[str, int]
+    oldest_queued_age_s: float
+    lost_attempts: int
+
+
+async def task_figures(sessions: Sessions) -> TaskFigures:
+    """Counts for `/metrics`, straight from Postgres (the truth)."""
+    async with sessions() as session:
+        by_status = dict(
+            (
+                await session.execute(
+                    select(models.Task.status, func.count()).group_by(models.Task.status)
+                )
+            )
+            .tuples()
+            .all()
+        )
+        by_reason = dict(
+            (
+                await session.execute(
+                    select(models.Task.finish_reason, func.count())
+                    .where(models.Task.status == TaskStatus.failed)
+                    .group_by(models.Task.finish_reason)
+                )
+            )
+            .tuples()
+            .all()
+        )
+        oldest = await session.scalar(
+            select(func.min(models.Task.created_at)).where(models.Task.status == TaskStatus.queued)
+        )
+        lost = await session.scalar(select(func.coalesce(func.sum(models.Task.lost_attempts), 0)))
+    age = (utc_now() - oldest).total_seconds() if oldest is not None else 0.0
+    return TaskFigures(
+        by_status={str(status): int(n) for status, n in by_status.items()},
+        failed_by_reason={str(reason or "unknown"): int(n) for reason, n in by_reason.items()},
+        oldest_queued_age_s=max(age, 0.0),
+        lost_attempts=int(lost or 0),
+    )
+
+
+async def stream_length(redis: Redis) -> int:
+    """Entries in the task stream (waiting or being worked on)."""
+    return int(await redis.xlen(keys.TASK_STREAM))
+
+
+async def list_workers(redis: Redis) -> list[WorkerInfo]:
+    """Every worker whose heartbeat is alive, by name."""
+    prefix = keys.worker_heartbeat("")
+    found: list[WorkerInfo] = []
+    async for raw in redis.scan_iter(match=f"{prefix}*", count=500):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        name = key[len(prefix) :]
+        value = await redis.get(key)
+        if not name or value is None:
+            continue
+        info = json.loads(value)
+        draining = bool(await redis.exists(drain_flag(name)))
+        found.append(
+            WorkerInfo(
+                name=name,
+                host=str(info.get("host", "")),
+                pid=int(info.get("pid", 0)),
+                slots=int(info.get("slots", 0)),
+                busy=int(info.get("tasks", 0)),
+                draining=draining,
+            )
+        )
+    return sorted(found, key=lambda worker: worker.name)
+
+
+async def drain(redis: Redis, worker: str) -> None:
+    """Ask `worker` to stop claiming tasks and exit once its running ones are done."""
+    await redis.set(drain_flag(worker), "1", ex=DRAIN_TTL_S)
+
+
+async def draining(redis: Redis, worker: str) -> bool:
+    return bool(await redis.exists(drain_flag(worker)))
+
+
+async def requeue(sessions: Sessions, redis: Redis, task_id: str) -> str:
+    """Put an unfinished task on the queue again; a running one is taken from its worker.
+
+    A running task's lease is dropped, so its worker stops it (lease lost) and
+    the next worker runs it as a new attempt (counted as a lost one).
+    """
+    async with sessions() as session:
+        status = await session.scalar(select(models.Task.status).where(models.Task.id == task_id))
+    if status is None:
+        raise NotFound(f"no task {task_id}")
+    if is_terminal(TaskStatus(status)):
+        raise Conflict(f"task {task_id} already finished ({status})")
+    if status == TaskStatus.running:
+        await redis.delete(keys.task_lease(task_id))
+    await queue.enqueue(redis, task_id)
+    return str(status)
+
+
+async def fail(sessions: Sessions, redis: Redis, task_id: str, reason: str) -> None:
+    """End an unfinished task as failed now; its worker's later writes are fenced off."""
+    async with sessions.begin() as session:
+        task = await session.scalar(
+            select(models.Task).where(models.Task.id == task_id).with_for_update()
+        )
+        if task is None:
+            raise NotFound(f"no task {task_id}")
+        if is_terminal(TaskStatus(task.status)):
+            raise Conflict(f"task {task_id} already finished ({task.status})")
+        was_running = task.status == TaskStatus.running
+        error = f"failed by an operator: {reason}" if reason else "failed by an operator"
+        events = await finish_row(session, task, TaskEnd(FinishReason.sandbox_error, error=error))
+    await publish_quietly(redis, events)
+    if was_running:
+        await cancel.raise_flag(redis, task_id)  # stop its sandbox now, not at the next write
+    log.info("task %s failed by an operator", task_id)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    tasks: int
+    artifacts: int
+
+
+async def prune(sessions: Sessions, *, task_days: float, artifact_days: float) -> Pruned:
+    """Delete finished tasks (and all they own) and old tasks' artifacts, by finish time."""
+    now = utc_now()
+    task_cutoff = now - timedelta(days=task_days)
+    artifact_cutoff = now - timedelta(days=artifact_days)
+    finished = models.Task.finished_at.is_not(None)
+    async with sessions.begin() as session:
+        old_tasks = select(models.Task.id).where(finished, models.Task.finished_at < task_cutoff)
+        gone = await session.execute(delete(models.Task).where(models.Task.id.in_(old_tasks)))
+        old_outputs = select(models.Task.id).where(
+            finished, models.Task.finished_at < artifact_cutoff
+        )
+        removed = await session.execute(
+            delete(models.Artifact).where(models.Artifact.task_id.in_(old_outputs))
+        )
+    return Pruned(tasks=_count(gone), artifacts=_count(removed))
+
+
+def _count(result: object) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)

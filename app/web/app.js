@@ -1,0 +1,917 @@
+// Sandhive's browser page: submit a task, watch its trajectory live, browse its artifacts.
+// Plain JavaScript, no build step; it uses only the public /v1 API. Everything that
+// comes from a task (prompt, model text, commands, output, file names) is inserted
+// as text (textContent / text nodes), never as HTML.
+"use strict";
+
+(() => {
+  const KEY_STORAGE = "sandhive.apiKey";
+  const LIST_POLL_MS = 3000;
+  const SILENCE_MS = 45000; // the server sends a keepalive every 15 s
+  const MAX_RETRY_MS = 10000;
+  const PREVIEW_MAX_BYTES = 4 * 1024 * 1024;
+  const TEXT_PREVIEW_MAX_BYTES = 512 * 1024;
+  const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+  const TEXT_EXTENSIONS = new Set([
+    "txt", "md", "csv", "tsv", "json", "jsonl", "py", "js", "ts", "sh", "c", "h", "cpp", "rs",
+    "go", "java", "rb", "r", "tex", "yaml", "yml", "toml", "ini", "cfg", "log", "xml", "sql",
+    "css", "ipynb", "out", "err", "diff", "patch",
+  ]);
+
+  // ------------------------------------------------------------------ small helpers
+
+  const $ = (selector) => document.querySelector(selector);
+
+  /** Build an element; string children become text nodes (never parsed as HTML). */
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = value;
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function show(node, visible) {
+    node.hidden = !visible;
+  }
+
+  function formatBytes(bytes) {
+    if (bytes < 1024) return `${bytes} B`;
+    const units = ["KiB", "MiB", "GiB"];
+    let value = bytes;
+    let unit = -1;
+    do {
+      value /= 1024;
+      unit += 1;
+    } while (value >= 1024 && unit < units.length - 1);
+    return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+  }
+
+  function formatMs(ms) {
+    if (ms == null) return "";
+    if (ms < 1000) return `${ms} ms`;
+    if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+    const minutes = Math.floor(ms / 60000);
+    return `${minutes} min ${Math.round((ms % 60000) / 1000)} s`;
+  }
+
+  function formatAgo(iso) {
+    const seconds = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+    if (seconds < 60) return `${seconds} s ago`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+    return new Date(iso).toLocaleDateString();
+  }
+
+  function formatTime(iso) {
+    return iso ? new Date(iso).toLocaleTimeString() : "";
+  }
+
+  const number = new Intl.NumberFormat();
+
+  function basename(path) {
+    return path.split("/").pop() || path;
+  }
+
+  function extension(path) {
+    const name = basename(path);
+    return name.includes(".") ? name.split(".").pop().toLowerCase() : "";
+  }
+
+  // ------------------------------------------------------------------ the API
+
+  const auth = {
+    key: localStorage.getItem(KEY_STORAGE) || "",
+    headers() {
+      return this.key ? { Authorization: `Bearer ${this.key}` } : {};
+    },
+  };
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function api(path, options = {}) {
+    let response;
+    try {
+      response = await fetch(path, { ...options, headers: { ...auth.headers(), ...(options.headers || {}) } });
+    } catch (error) {
+      throw new ApiError(0, "the server cannot be reached");
+    }
+    if (!response.ok) {
+      let message = `${response.status} ${response.statusText}`;
+      try {
+        const body = await response.json();
+        if (body && body.error && body.error.message) message = body.error.message;
+      } catch (ignored) {
+        // not JSON: keep the status line
+      }
+      if (response.status === 401) keyPanel.open("This server wants an API key.");
+      throw new ApiError(response.status, message);
+    }
+    return response;
+  }
+
+  async function apiJson(path, options) {
+    return (await api(path, options)).json();
+  }
+
+  function streamUrl(taskId, after) {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const token = auth.key ? `&token=${encodeURIComponent(auth.key)}` : "";
+    return `${scheme}://${location.host}/v1/tasks/${encodeURIComponent(taskId)}/stream?after=${after}${token}`;
+  }
+
+  // ------------------------------------------------------------------ connection badge
+
+  const conn = {
+    set(state, text) {
+      const node = $("#conn");
+      node.dataset.state = state;
+      node.textContent = text;
+    },
+  };
+
+  // ------------------------------------------------------------------ API key panel
+
+  const keyPanel = {
+    init() {
+      $("#key-toggle").addEventListener("click", () => (this.isOpen() ? this.close() : this.open()));
+      $("#key-panel").addEventListener("submit", (event) => {
+        event.preventDefault();
+        this.save($("#key-input").value.trim());
+      });
+      $("#key-clear").addEventListener("click", () => this.save(""));
+      this.label();
+    },
+    isOpen() {
+      return !$("#key-panel").hidden;
+    },
+    open(note) {
+      if (!this.isOpen()) $("#key-input").value = auth.key; // never clobber what is being typed
+      show($("#key-panel"), true);
+      $("#key-toggle").setAttribute("aria-expanded", "true");
+      const noteNode = $("#key-note");
+      noteNode.textContent = note || "";
+      show(noteNode, Boolean(note));
+    },
+    close() {
+      show($("#key-panel"), false);
+      $("#key-toggle").setAttribute("aria-expanded", "false");
+    },
+    save(key) {
+      auth.key = key;
+      if (key) localStorage.setItem(KEY_STORAGE, key);
+      else localStorage.removeItem(KEY_STORAGE);
+      this.label();
+      this.close();
+      taskList.refresh();
+      if (router.view) router.view.reconnectNow();
+    },
+    label() {
+      $("#key-toggle").textContent = auth.key ? "API key ✓" : "API key";
+    },
+  };
+
+  // ------------------------------------------------------------------ the task list
+
+  const taskList = {
+    timer: null,
+    lastRendered: "",
+    init() {
+      this.refresh();
+      this.timer = setInterval(() => {
+        if (!document.hidden) this.refresh();
+      }, LIST_POLL_MS);
+      document.addEventListener("visibilitychange", () => {
+        if (!document.hidden) this.refresh();
+      });
+    },
+    async refresh() {
+      const note = $("#task-list-note");
+      try {
+        const page = await apiJson("/v1/tasks?limit=30");
+        note.textContent = page.items.length ? "" : "No tasks yet.";
+        this.render(page.items);
+      } catch (error) {
+        note.textContent = `Could not load tasks: ${error.message}`;
+      }
+    },
+    render(items) {
+      const current = router.view ? router.view.id : null;
+      const signature = JSON.stringify([current, items.map((t) => [t.id, t.status, t.usage.steps])]);
+      if (signature === this.lastRendered) {
+        this.updateTimes();
+        return;
+      }
+      this.lastRendered = signature;
+      const list = $("#task-list");
+      list.replaceChildren(
+        ...items.map((task) =>
+          el(
+            "li",
+            { class: task.id === current ? "active" : "" },
+            el(
+              "a",
+              { href: `#/tasks/${task.id}`, title: task.prompt },
+              el("span", { class: `dot ${task.status}`, title: task.status }),
+              el("span", { class: "task-prompt", text: task.prompt.split("\n")[0] }),
+              el("span", { class: "task-when", "data-created": task.created_at, text: formatAgo(task.created_at) }),
+            ),
+          ),
+        ),
+      );
+    },
+    updateTimes() {
+      for (const node of document.querySelectorAll(".task-when[data-created]")) {
+        node.textContent = formatAgo(node.dataset.created);
+      }
+    },
+  };
+
+  // ------------------------------------------------------------------ the submit form
+
+  const submitForm = {
+    files: [],
+    init() {
+      const form = $("#task-form");
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        this.submit();
+      });
+      $("#prompt").addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && (event.metaKey || event.ctrlKey)) {
+          event.preventDefault();
+          this.submit();
+        }
+      });
+      const drop = $("#drop");
+      for (const name of ["dragenter", "dragover"]) {
+        drop.addEventListener(name, (event) => {
+          event.preventDefault();
+          drop.classList.add("over");
+        });
+      }
+      for (const name of ["dragleave", "drop"]) {
+        drop.addEventListener(name, () => drop.classList.remove("over"));
+      }
+      drop.addEventListener("drop", (event) => {
+        event.preventDefault();
+        this.add(event.dataTransfer.files);
+      });
+      $("#file-input").addEventListener("change", (event) => {
+        this.add(event.target.files);
+        event.target.value = "";
+      });
+    },
+    add(fileList) {
+      for (const file of fileList) {
+        const path = file.webkitRelativePath || file.name;
+        this.files = this.files.filter((f) => f.path !== path);
+        this.files.push({ path, file });
+      }
+      this.renderFiles();
+    },
+    renderFiles() {
+      $("#file-list").replaceChildren(
+        ...this.files.map((entry) =>
+          el(
+            "li",
+            {},
+            el("span", { class: "file-name", text: entry.path }),
+            el("span", { class: "hint", text: formatBytes(entry.file.size) }),
+            el("button", {
+              type: "button",
+              class: "ghost small",
+              "aria-label": `Remove ${entry.path}`,
+              text: "✕",
+              onclick: () => {
+                this.files = this.files.filter((f) => f !== entry);
+                this.renderFiles();
+              },
+            }),
+          ),
+        ),
+      );
+    },
+    body() {
+      const form = $("#task-form");
+      const value = (name) => form.elements[name].value.trim();
+      const task = {
+        prompt: form.elements.prompt.value,
+        llm: { profile: value("profile") || "default" },
+        tools: { profile: value("tools") },
+        limits: {},
+      };
+      if (value("model")) task.llm.model = value("model");
+      for (const name of ["max_steps", "timeout_s", "command_timeout_s"]) {
+        if (value(name)) task.limits[name] = Number(value(name));
+      }
+      return task;
+    },
+    async submit() {
+      const error = $("#form-error");
+      show(error, false);
+      const task = this.body();
+      if (!task.prompt.trim()) {
+        error.textContent = "Write a prompt first.";
+        show(error, true);
+        $("#prompt").focus();
+        return;
+      }
+      const button = $("#submit");
+      button.disabled = true;
+      button.textContent = "Submitting…";
+      try {
+        const created = await apiJson("/v1/tasks", this.request(task));
+        this.files = [];
+        this.renderFiles();
+        $("#task-form").elements.prompt.value = "";
+        location.hash = `#/tasks/${created.id}`;
+        taskList.refresh();
+      } catch (failure) {
+        error.textContent = `Not submitted: ${failure.message}`;
+        show(error, true);
+      } finally {
+        button.disabled = false;
+        button.textContent = "Run task";
+      }
+    },
+    request(task) {
+      if (!this.files.length) {
+        return { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(task) };
+      }
+      const form = new FormData();
+      form.append("task", new Blob([JSON.stringify(task)], { type: "application/json" }), "task.json");
+      for (const entry of this.files) form.append("files", entry.file, entry.path);
+      return { method: "POST", body: form };
+    },
+  };
+
+  // ------------------------------------------------------------------ rendering one step
+
+  function exitBadge(code) {
+    if (code === null || code === undefined) return null;
+    if (code === 0) return el("span", { class: "exit ok", text: "exit 0" });
+    if (code === -1) return el("span", { class: "exit bad", text: "timed out" });
+    return el("span", { class: "exit bad", text: `exit ${code}` });
+  }
+
+  function codeBlock(text, className) {
+    return el("pre", { class: `code ${className || ""}` }, el("code", { text }));
+  }
+
+  function diffBlock(oldText, newText) {
+    const lines = [];
+    for (const line of String(oldText ?? "").split("\n")) lines.push(el("span", { class: "del", text: `- ${line}\n` }));
+    for (const line of String(newText ?? "").split("\n")) lines.push(el("span", { class: "add", text: `+ ${line}\n` }));
+    return el("pre", { class: "code diff" }, el("code", {}, lines));
+  }
+
+  function insertBlock(text) {
+    const lines = String(text ?? "").split("\n").map((line) => el("span", { class: "add", text: `+ ${line}\n` }));
+    return el("pre", { class: "code diff" }, el("code", {}, lines));
+  }
+
+  function editorAction(args) {
+    const path = el("code", { class: "path", text: args.path || "" });
+    switch (args.command) {
+      case "create":
+        return [el("p", { class: "action-line" }, "create ", path), codeBlock(args.file_text ?? "")];
+      case "str_replace":
+        return [el("p", { class: "action-line" }, "edit ", path), diffBlock(args.old_str, args.new_str)];
+      case "insert":
+        return [
+          el("p", { class: "action-line" }, "insert into ", path, ` after line ${args.insert_line}`),
+          insertBlock(args.new_str),
+        ];
+      case "view": {
+        const range = Array.isArray(args.view_range) ? ` lines ${args.view_range.join("–")}` : "";
+        return [el("p", { class: "action-line" }, "view ", path, range)];
+      }
+      case "undo_edit":
+        return [el("p", { class: "action-line" }, "undo the last edit of ", path)];
+      default:
+        return [codeBlock(JSON.stringify(args, null, 2))];
+    }
+  }
+
+  function renderAction(action) {
+    if (!action) return [];
+    const args = action.arguments || {};
+    if (action.tool === "execute_bash") return [codeBlock(String(args.command ?? ""), "shell")];
+    if (action.tool === "str_replace_editor") return editorAction(args);
+    if (action.tool === "submit") return [el("p", { class: "action-line", text: "submitted the task" })];
+    return [codeBlock(JSON.stringify(args, null, 2))];
+  }
+
+  class StepCard {
+    constructor(attempt, index) {
+      this.attempt = attempt;
+      this.index = index;
+      this.thoughtText = el("div", { class: "text" });
+      this.reasoningText = el("div", { class: "text" });
+      this.thought = el("details", { class: "thought", open: true }, el("summary", { text: "Thought" }), this.thoughtText);
+      this.reasoning = el("details", { class: "reasoning" }, el("summary", { text: "Reasoning" }), this.reasoningText);
+      this.toolChip = el("span", { class: "tool-chip" });
+      this.metaLine = el("span", { class: "step-meta" });
+      this.action = el("div", { class: "action" });
+      this.liveOutput = el("pre", { class: "code live-output" });
+      this.observation = el("div", { class: "observation" });
+      show(this.thought, false);
+      show(this.reasoning, false);
+      show(this.liveOutput, false);
+      show(this.observation, false);
+      this.node = el(
+        "li",
+        { class: "step card", "data-state": "running", "data-index": index, "data-attempt": attempt },
+        el("div", { class: "step-head" }, el("span", { class: "step-no", text: `Step ${index + 1}` }), this.toolChip, this.metaLine),
+        this.reasoning,
+        this.thought,
+        this.action,
+        this.liveOutput,
+        this.observation,
+      );
+      this.metaLine.textContent = "thinking…";
+    }
+
+    appendDelta(data) {
+      if (this.node.dataset.state === "done") return;
+      if (typeof data.reasoning === "string") {
+        this.reasoningText.append(data.reasoning);
+        show(this.reasoning, true);
+      }
+      if (typeof data.text === "string") {
+        this.thoughtText.append(data.text);
+        show(this.thought, true);
+      }
+      this.metaLine.textContent = "the model is writing…";
+    }
+
+    announce(data) {
+      if (this.node.dataset.state === "done") return;
+      this.toolChip.textContent = data.tool || "";
+      if (data.arguments) this.action.replaceChildren(...renderAction({ tool: data.tool, arguments: data.arguments }));
+      this.metaLine.textContent = "running…";
+    }
+
+    appendOutput(data) {
+      if (this.node.dataset.state === "done") return;
+      const chunk = el("span", { class: data.stream === "stderr" ? "stderr" : "stdout", text: data.chunk });
+      this.liveOutput.append(chunk);
+      this.liveOutput.scrollTop = this.liveOutput.scrollHeight;
+      show(this.liveOutput, true);
+      this.metaLine.textContent = "running…";
+    }
+
+    complete(step) {
+      this.node.dataset.state = "done";
+      this.thoughtText.textContent = step.thought || "";
+      this.reasoningText.textContent = step.reasoning || "";
+      show(this.thought, Boolean(step.thought));
+      show(this.reasoning, Boolean(step.reasoning));
+      this.toolChip.textContent = step.action ? step.action.tool : "no tool call";
+      this.action.replaceChildren(...renderAction(step.action));
+      show(this.liveOutput, false);
+      this.liveOutput.replaceChildren();
+      const head = el("div", { class: "obs-head" }, el("span", { text: "Observation" }), exitBadge(step.exit_code));
+      this.observation.replaceChildren(head, el("pre", { class: "code output", text: step.observation || "" }));
+      show(this.observation, true);
+      const parts = [`model ${formatMs(step.llm_ms)}`];
+      if (step.action && step.action.tool !== "submit") parts.push(`tool ${formatMs(step.tool_ms)}`);
+      parts.push(`${number.format(step.prompt_tokens)} → ${number.format(step.completion_tokens)} tokens`);
+      this.metaLine.textContent = parts.join(" · ");
+    }
+  }
+
+  // ------------------------------------------------------------------ artifacts
+
+  async function fetchBlob(url) {
+    return (await api(url)).blob();
+  }
+
+  async function download(url, filename) {
+    const blob = await fetchBlob(url);
+    const href = URL.createObjectURL(blob);
+    const link = el("a", { href, download: filename });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(href), 10000);
+  }
+
+  function previewKind(item) {
+    const type = (item.content_type || "").split(";")[0].trim().toLowerCase();
+    if (type.startsWith("image/")) return "image";
+    if (type.startsWith("audio/")) return "audio";
+    if (type.startsWith("video/")) return "video";
+    if (type === "text/html" || type === "application/xhtml+xml") return "html";
+    if (type.startsWith("text/") || type.endsWith("json") || type.endsWith("xml") || type.includes("javascript")) {
+      return "text";
+    }
+    if (TEXT_EXTENSIONS.has(extension(item.path))) return "text";
+    return null;
+  }
+
+  class ArtifactList {
+    constructor(taskId, urls) {
+      this.taskId = taskId;
+      this.urls = urls;
+      this.loadedFor = null;
+    }
+
+    base() {
+      return `/v1/tasks/${encodeURIComponent(this.taskId)}`;
+    }
+
+    async load() {
+      const page = await apiJson(`${this.base()}/artifacts`);
+      const signature = JSON.stringify(page.items.map((a) => [a.path, a.sha256]));
+      if (signature === this.loadedFor) return;
+      this.loadedFor = signature;
+      $("#zip").onclick = () => download(`${this.base()}/artifacts.zip`, `${this.taskId}.zip`).catch(alertError);
+      $("#artifact-list").replaceChildren(...page.items.map((item) => this.row(item)));
+      show($("#artifacts"), page.items.length > 0);
+    }
+
+    row(item) {
+      const url = `${this.base()}/artifacts/${item.path.split("/").map(encodeURIComponent).join("/")}`;
+      const preview = el("div", { class: "preview" });
+      const kind = previewKind(item);
+      const row = el(
+        "li",
+        { class: "artifact", "data-path": item.path },
+        el(
+          "div",
+          { class: "artifact-head" },
+          el("span", { class: "artifact-name", text: item.path }),
+          el("span", { class: "hint", text: `${formatBytes(item.size)} · ${item.content_type}` }),
+          el("button", {
+            type: "button",
+            class: "ghost small",
+            text: "Download",
+            onclick: () => download(url, basename(item.path)).catch(alertError),
+          }),
+        ),
+        preview,
+      );
+      const limit = kind === "text" || kind === "html" ? TEXT_PREVIEW_MAX_BYTES : PREVIEW_MAX_BYTES;
+      if (kind && item.size <= limit) {
+        this.preview(kind, url, item, preview).catch((error) => {
+          preview.replaceChildren(el("p", { class: "hint", text: `No preview: ${error.message}` }));
+        });
+      } else if (kind) {
+        preview.append(el("p", { class: "hint", text: "Too large to preview here; download it." }));
+      }
+      return row;
+    }
+
+    async preview(kind, url, item, into) {
+      if (kind === "text" || kind === "html") {
+        const text = await (await fetchBlob(url)).text();
+        if (kind === "text") {
+          into.replaceChildren(el("pre", { class: "code output", text }));
+          return;
+        }
+        // A sandboxed frame with no permissions: the page's policy also keeps its scripts off.
+        const frame = el("iframe", { sandbox: "", title: item.path, referrerpolicy: "no-referrer" });
+        frame.srcdoc = text;
+        into.replaceChildren(frame);
+        return;
+      }
+      const blob = await fetchBlob(url);
+      const typed = blob.type ? blob : new Blob([blob], { type: item.content_type });
+      const src = URL.createObjectURL(typed);
+      this.urls.push(src);
+      if (kind === "image") into.replaceChildren(el("img", { src, alt: item.path }));
+      else if (kind === "audio") into.replaceChildren(el("audio", { src, controls: true, preload: "metadata" }));
+      else into.replaceChildren(el("video", { src, controls: true, preload: "metadata", playsinline: true }));
+    }
+  }
+
+  function alertError(error) {
+    const node = $("#t-error");
+    node.textContent = error.message;
+    show(node, true);
+  }
+
+  // ------------------------------------------------------------------ watching one task
+
+  class TaskView {
+    constructor(id) {
+      this.id = id;
+      this.lastSeq = 0;
+      this.attempt = 1;
+      this.cards = new Map();
+      this.task = null;
+      this.ws = null;
+      this.stopped = false;
+      this.finished = false;
+      this.retries = 0;
+      this.retryTimer = null;
+      this.silenceTimer = null;
+      this.clock = null;
+      this.objectUrls = [];
+      this.artifacts = new ArtifactList(id, this.objectUrls);
+    }
+
+    async start() {
+      $("#steps").replaceChildren();
+      show($("#answer"), false);
+      show($("#artifacts"), false);
+      show($("#t-error"), false);
+      $("#t-id").textContent = this.id;
+      $("#t-prompt").textContent = "";
+      $("#t-meta").replaceChildren();
+      this.setStatus("loading");
+      $("#cancel").onclick = () => this.cancel();
+      this.clock = setInterval(() => this.renderMeta(), 1000);
+      await this.reload();
+      this.connect();
+    }
+
+    stop() {
+      this.stopped = true;
+      clearTimeout(this.retryTimer);
+      clearTimeout(this.silenceTimer);
+      clearInterval(this.clock);
+      if (this.ws) this.ws.close(1000);
+      for (const url of this.objectUrls) URL.revokeObjectURL(url);
+    }
+
+    async reload() {
+      try {
+        this.task = await apiJson(`/v1/tasks/${encodeURIComponent(this.id)}`);
+      } catch (error) {
+        if (error.status === 404) this.notFound();
+        else alertError(error);
+        return;
+      }
+      $("#t-prompt").textContent = this.task.prompt;
+      this.setStatus(this.task.status);
+      this.renderMeta();
+      if (TERMINAL.has(this.task.status)) this.renderFinish(this.task);
+    }
+
+    // -- the stream
+
+    connect() {
+      if (this.stopped || this.finished) return;
+      clearTimeout(this.retryTimer);
+      const ws = new WebSocket(streamUrl(this.id, this.lastSeq));
+      this.ws = ws;
+      conn.set("connecting", "connecting…");
+      ws.onopen = () => {
+        if (ws !== this.ws) return;
+        conn.set("live", "live");
+        this.touch();
+      };
+      ws.onmessage = (message) => {
+        if (ws !== this.ws) return;
+        this.retries = 0;
+        this.touch();
+        this.onEvent(JSON.parse(message.data));
+      };
+      ws.onclose = (closed) => {
+        if (ws === this.ws) this.onClose(closed);
+      };
+    }
+
+    reconnectNow() {
+      if (this.finished || this.stopped) return;
+      if (this.ws) {
+        const old = this.ws;
+        this.ws = null;
+        old.close(1000);
+      }
+      this.connect();
+    }
+
+    touch() {
+      clearTimeout(this.silenceTimer);
+      this.silenceTimer = setTimeout(() => {
+        // No keepalive for too long: the connection is dead even if the browser has not noticed.
+        this.scheduleReconnect("no news from the server; reconnecting…", 0);
+      }, SILENCE_MS);
+    }
+
+    onClose(closed) {
+      clearTimeout(this.silenceTimer);
+      if (this.stopped) return;
+      if (closed.code === 1000 && this.finished) {
+        conn.set("done", "finished");
+        return;
+      }
+      if (closed.code === 4404) return this.notFound();
+      if (closed.code === 4401) {
+        conn.set("error", "API key needed");
+        keyPanel.open(closed.reason || "This server wants an API key.");
+        return;
+      }
+      if (closed.code === 4408) return this.scheduleReconnect("catching up…", 0);
+      const delay = Math.min(MAX_RETRY_MS, 500 * 2 ** this.retries);
+      this.retries += 1;
+      this.scheduleReconnect(`reconnecting in ${Math.ceil(delay / 1000)} s…`, delay);
+    }
+
+    scheduleReconnect(text, delay) {
+      if (this.stopped || this.finished) return;
+      conn.set("reconnecting", text);
+      clearTimeout(this.retryTimer);
+      if (this.ws) {
+        const old = this.ws;
+        this.ws = null;
+        old.onclose = null;
+        old.close();
+      }
+      this.retryTimer = setTimeout(() => this.connect(), delay);
+    }
+
+    notFound() {
+      this.stopped = true;
+      conn.set("error", "not found");
+      this.setStatus("not found");
+      alertError(new Error("There is no such task (or it is not yours)."));
+    }
+
+    // -- events
+
+    onEvent(event) {
+      if (event.seq !== null && event.seq !== undefined) {
+        if (event.seq <= this.lastSeq) return; // already shown: never twice
+        this.lastSeq = event.seq;
+      }
+      const data = event.data || {};
+      switch (event.type) {
+        case "task.queued":
+          this.setStatus("queued");
+          this.waiting("Queued: waiting for a worker…");
+          break;
+        case "task.started":
+          this.attempt = data.attempt || 1;
+          if (this.attempt > 1) $("#steps").append(el("li", { class: "attempt", text: `Attempt ${this.attempt}` }));
+          this.setStatus("running");
+          this.waiting("Starting the sandbox…");
+          this.reload();
+          break;
+        case "step.started":
+          this.card(this.attempt, data.index);
+          this.waiting(null);
+          break;
+        case "step.completed":
+          this.card(data.attempt || this.attempt, data.index).complete(data);
+          this.waiting("The model is thinking…");
+          this.bumpSteps(data);
+          break;
+        case "llm.delta":
+          this.card(this.attempt, data.index).appendDelta(data);
+          break;
+        case "tool.started":
+          this.card(this.attempt, data.index).announce(data);
+          break;
+        case "tool.output":
+          this.card(this.attempt, data.index).appendOutput(data);
+          break;
+        case "artifact.created":
+          this.artifacts.load().catch(alertError);
+          break;
+        case "task.finished":
+          this.finished = true;
+          this.waiting(null);
+          this.renderFinish(data);
+          this.reload();
+          taskList.refresh();
+          break;
+        default:
+          break; // keepalive and anything newer than this page
+      }
+    }
+
+    card(attempt, index) {
+      const key = `${attempt}:${index}`;
+      let card = this.cards.get(key);
+      if (!card) {
+        card = new StepCard(attempt, index);
+        this.cards.set(key, card);
+        $("#steps").append(card.node);
+      }
+      return card;
+    }
+
+    bumpSteps(step) {
+      if (!this.task) return;
+      this.task.usage.steps = Math.max(this.task.usage.steps, step.index + 1);
+      this.renderMeta();
+    }
+
+    waiting(text) {
+      show($("#waiting"), Boolean(text) && !this.finished);
+      if (text) $("#waiting-text").textContent = text;
+    }
+
+    // -- the header
+
+    setStatus(status) {
+      const badge = $("#t-status");
+      badge.textContent = status;
+      badge.className = `badge ${status.replace(/\s+/g, "-")}`;
+      const over = TERMINAL.has(status) || status === "not found";
+      show($("#cancel"), !over);
+      $("#cancel").disabled = over;
+    }
+
+    renderFinish(data) {
+      this.setStatus(data.status);
+      if (data.answer !== null && data.answer !== undefined) {
+        $("#answer-text").textContent = data.answer;
+        show($("#answer"), true);
+      }
+      if (data.error) {
+        $("#t-error").textContent = `${data.finish_reason || "failed"}: ${data.error}`;
+        show($("#t-error"), true);
+      }
+      this.artifacts.load().catch(alertError);
+    }
+
+    renderMeta() {
+      const task = this.task;
+      if (!task) return;
+      const end = task.finished_at ? Date.parse(task.finished_at) : Date.now();
+      const items = [["model", task.llm ? `${task.llm.profile} / ${task.llm.model}` : ""]];
+      if (task.started_at) items.push(["started", formatTime(task.started_at)]);
+      if (task.started_at) {
+        items.push([task.finished_at ? "took" : "running for", formatMs(end - Date.parse(task.started_at))]);
+      }
+      items.push(["steps", String(task.usage.steps)]);
+      const tokens = task.usage.prompt_tokens + task.usage.completion_tokens;
+      if (tokens) items.push(["tokens", number.format(tokens)]);
+      if (task.attempt > 1) items.push(["attempt", String(task.attempt)]);
+      if (task.finish_reason) items.push(["finish", task.finish_reason]);
+      $("#t-meta").replaceChildren(
+        ...items.map(([name, value]) => el("div", {}, el("dt", { text: name }), el("dd", { text: value }))),
+      );
+    }
+
+    async cancel() {
+      const button = $("#cancel");
+      button.disabled = true;
+      try {
+        await api(`/v1/tasks/${encodeURIComponent(this.id)}/cancel`, { method: "POST" });
+        this.waiting("Cancelling…");
+      } catch (error) {
+        alertError(new Error(`Cancel failed: ${error.message}`));
+        button.disabled = Boolean(this.task && TERMINAL.has(this.task.status));
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ routing
+
+  const router = {
+    view: null,
+    init() {
+      window.addEventListener("hashchange", () => this.route());
+      window.addEventListener("online", () => this.view && this.view.reconnectNow());
+      this.route();
+    },
+    route() {
+      const match = location.hash.match(/^#\/tasks\/([A-Za-z0-9_-]+)$/);
+      const id = match ? match[1] : null;
+      if (this.view && this.view.id === id) return;
+      if (this.view) this.view.stop();
+      this.view = null;
+      document.body.classList.toggle("has-task", Boolean(id));
+      show($("#task"), Boolean(id));
+      show($("#empty"), !id);
+      if (!id) {
+        conn.set("idle", "");
+        taskList.lastRendered = "";
+        taskList.refresh();
+        return;
+      }
+      this.view = new TaskView(id);
+      this.view.start();
+      taskList.lastRendered = "";
+      taskList.refresh();
+      window.scrollTo(0, 0);
+    },
+  };
+
+  document.addEventListener("DOMContentLoaded", () => {
+    keyPanel.init();
+    submitForm.init();
+    taskList.init();
+    router.init();
+  });
+})();

@@ -1,0 +1,61 @@
+"""The reaper job: remove this deployment's sandboxes that no live attempt can still use.
+
+Run by every worker at start and every `worker_reap_interval_s`. A sandbox
+goes when its task is finished or unknown, when a newer attempt of its task
+started, or when its worker is gone. "Gone" is checked twice, a heartbeat
+period apart, so a Redis that just lost every heartbeat key (a restart without
+persistence) does not make live workers look dead. Containers without our
+labels are never listed (`app.sandbox.reaper`), so never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+
+from app.bus import leases
+from app.sandbox import reaper
+from app.sandbox.reaper import Labelled
+from app.services import attempts
+from app.states import TaskStatus, is_terminal
+from app.worker.attempt import WorkerContext
+
+log = logging.getLogger(__name__)
+CONFIRM_FACTOR = 1.5
+"""A missing heartbeat is confirmed this many heartbeat periods later."""
+
+
+async def reap(ctx: WorkerContext, mine: Collection[str]) -> list[str]:
+    """Remove doomed sandboxes; `mine` are the tasks this worker runs now. The ids removed."""
+    found = [
+        c for c in await reaper.list_managed(ctx.docker, ctx.instance) if c.task_id not in mine
+    ]
+    if not found:
+        return []
+    states = await attempts.task_states(ctx.sessions, {c.task_id for c in found})
+    finished = [c for c in found if _is_over(c, states.get(c.task_id))]
+    removed = await reaper.remove_all(ctx.docker, finished)
+    orphans = await _without_live_worker(ctx, [c for c in found if c not in finished])
+    if orphans:
+        await asyncio.sleep(ctx.settings.worker_heartbeat_s * CONFIRM_FACTOR)
+        orphans = await _without_live_worker(ctx, orphans)
+        removed += await reaper.remove_all(ctx.docker, orphans)
+    if removed:
+        log.info("reaped %d sandboxes: %s", len(removed), [r[:12] for r in removed])
+    return removed
+
+
+def _is_over(container: Labelled, state: tuple[str, int] | None) -> bool:
+    """Its task is unknown or finished, or a newer attempt of it has started."""
+    if state is None:
+        return True
+    status, attempt = state
+    return is_terminal(TaskStatus(status)) or container.attempt < attempt
+
+
+async def _without_live_worker(ctx: WorkerContext, candidates: list[Labelled]) -> list[Labelled]:
+    """The candidates whose worker has no heartbeat (this worker's own are not candidates)."""
+    workers = {c.worker for c in candidates if c.worker != ctx.name}
+    alive = await leases.alive(ctx.redis, workers)
+    return [c for c in candidates if c.worker in workers and c.worker not in alive]

@@ -1,0 +1,65 @@
+"""Reconciliation: Postgres is the truth, so whatever it says must run is on the Redis queue.
+
+Run by every worker at start and every `worker_reconcile_interval_s`. A queued
+task with no message (the API died between commit and enqueue, or Redis lost
+its data) is enqueued again. So is a running task whose lease has been missing
+for a whole lease period (its worker died and Redis lost the message too); the
+wait lets live workers re-take leases that a Redis restart dropped. Enqueueing
+twice is harmless: a worker acks a message whose task another holds or ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from app.bus import leases, queue
+from app.ids import utc_now
+from app.services import attempts
+from app.states import TaskStatus
+from app.worker.attempt import WorkerContext
+
+log = logging.getLogger(__name__)
+SETTLE_S = 5.0
+"""Tasks younger than this are left alone: their API request may still be enqueueing them."""
+
+
+class Reconciler:
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.unleased_since: dict[str, float] = {}
+
+    async def run_once(self) -> list[str]:
+        """Enqueue what Postgres says must run but Redis does not have; the ids enqueued."""
+        ctx = self.ctx
+        tasks = await attempts.unfinished_tasks(
+            ctx.sessions, utc_now() - timedelta(seconds=SETTLE_S)
+        )
+        if not tasks:
+            self.unleased_since.clear()
+            return []
+        on_queue = await queue.queued_task_ids(ctx.redis)
+        running = [task_id for task_id, status in tasks.items() if status == TaskStatus.running]
+        leased = await leases.held(ctx.redis, running)
+        lost = self._unleased_for_a_lease(set(running) - leased - on_queue)
+        missing = [
+            task_id
+            for task_id, status in tasks.items()
+            if task_id not in on_queue and (status == TaskStatus.queued or task_id in lost)
+        ]
+        for task_id in missing:
+            await queue.enqueue(ctx.redis, task_id)
+        if missing:
+            log.warning("reconciliation enqueued %d tasks: %s", len(missing), missing[:10])
+        return missing
+
+    def _unleased_for_a_lease(self, unleased: set[str]) -> set[str]:
+        """Of these running tasks without a lease, those seen so for a whole lease period."""
+        now = time.monotonic()
+        for task_id in list(self.unleased_since):
+            if task_id not in unleased:
+                del self.unleased_since[task_id]
+        since = {task_id: self.unleased_since.setdefault(task_id, now) for task_id in unleased}
+        lease = self.ctx.settings.worker_lease_s
+        return {task_id for task_id, first in since.items() if now - first >= lease}

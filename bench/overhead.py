@@ -1,0 +1,205 @@
+"""Sandhive's own overhead per task and per step, with an instant (or fixed-latency) model.
+
+    .venv/bin/python bench/overhead.py [--tasks 10] [--steps 10] [--latency 0 0.5]
+                                       [--concurrency 1 8 32] [--exec channel|docker]
+
+What it measures, on the episode path the worker and `sandhive run` share
+(`app.episode.run_episode`: sandbox start, inputs, agent loop, tools, collection,
+removal; the queue and Postgres are not in it):
+  * start: episode start to the first LLM request (median, p95), cold sandboxes and,
+    when the warm pool exists (`app.sandbox.pool`), claimed from a warm pool;
+  * step: time between two consecutive LLM requests of a task minus the model's own
+    latency, with `true` as the command (median, p95) — Sandhive's per-step overhead;
+  * throughput: tasks/min of N concurrent tasks of --steps steps, with host CPU and
+    memory use during the run;
+  * idle sandbox memory: cgroup memory usage of a started, never-used sandbox.
+The model is in-process (no HTTP), so only Sandhive's own costs are counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import statistics
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.agent.types import AgentSpec, Completion, Step, ToolCall
+from app.episode import Episode, run_episode
+from app.sandbox.docker import DockerHost
+from app.sandbox.files import CollectCaps
+from app.sandbox.policy import SandboxConfig
+
+IMAGE = "sandhive-sandbox:latest"
+CAPS = CollectCaps(max_files=100, max_file_bytes=2**20, max_total_bytes=2**24)
+
+
+@dataclass
+class TimedModel:
+    """Answers `execute_bash true` until the last step, then submit; notes each request time."""
+
+    steps: int
+    latency_s: float
+    times: list[float] = field(default_factory=list)
+
+    async def complete(self, messages: Sequence[Any], tools: Any, on_delta: Any = None) -> Completion:
+        self.times.append(time.perf_counter())
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        n = len(self.times)
+        name, args = ("submit", "{}") if n >= self.steps else ("execute_bash", '{"command":"true"}')
+        call = ToolCall(id=f"c{n}", name=name, arguments={} if name == "submit" else {"command": "true"}, raw_arguments=args)
+        message = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": name, "arguments": args}}
+            ],
+        }
+        return Completion(message=message, tool_calls=(call,))
+
+
+class NullSink:
+    async def step_started(self, index: int) -> None:
+        return None
+
+    async def step_completed(self, step: Step) -> None:
+        return None
+
+    async def live(self, kind: str, data: Mapping[str, object]) -> None:
+        return None
+
+
+@dataclass
+class TaskTimes:
+    started: float
+    model: TimedModel
+    ok: bool
+
+
+def episode(labels: Mapping[str, str], steps: int) -> Episode:
+    spec = AgentSpec(system_prompt="bench", user_prompt="bench", max_steps=steps + 5,
+                     tools_profile="standard")
+    config = SandboxConfig(image=IMAGE, labels=labels, memory_mb=512, disk_mb=64)
+    return Episode(agent=spec, sandbox=config, inputs=[("in.txt", b"hello\n")])
+
+
+async def one_task(host: DockerHost, labels: Mapping[str, str], steps: int, latency: float,
+                   **extra: Any) -> TaskTimes:
+    model = TimedModel(steps, latency)
+    started = time.perf_counter()
+    result = await run_episode(host, model, episode(labels, steps), NullSink(), CAPS, **extra)
+    return TaskTimes(started, model, result.outcome.error is None)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def ms(values: Sequence[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values) * 1000:8.1f} {pct(values, 0.95) * 1000:8.1f}"
+
+
+def cpu_sample() -> tuple[float, float]:
+    with open("/proc/stat") as f:
+        parts = [float(x) for x in f.readline().split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)
+
+
+def mem_used_mb() -> float:
+    info: dict[str, float] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            info[key] = float(value.split()[0])
+    return (info["MemTotal"] - info["MemAvailable"]) / 1024
+
+
+async def idle_memory_mb(host: DockerHost, labels: Mapping[str, str]) -> float:
+    box = await host.create_sandbox(episode(labels, 1).sandbox)
+    try:
+        await asyncio.sleep(1.0)
+        stats = await host.api().containers.container(box.id).stats(stream=False)
+        item = stats[0] if isinstance(stats, list) else stats
+        memory = item["memory_stats"]
+        cache = memory.get("stats", {}).get("inactive_file", 0)
+        return float(memory["usage"] - cache) / 2**20
+    finally:
+        await box.remove()
+
+
+def pool_factory(host: DockerHost, size: int) -> Any:
+    """The warm pool for the bench's sandbox shape, when app.sandbox.pool exists."""
+    try:
+        from app.sandbox import pool
+    except ImportError:
+        return None
+    return pool.WarmPool(host, size=size)
+
+
+async def run(args: argparse.Namespace) -> None:
+    labels = {"sandhive.bench": uuid.uuid4().hex}
+    rows: list[tuple[str, str]] = []
+    async with DockerHost() as host:
+        try:
+            await one_task(host, labels, 2, 0.0)  # warm the image cache and the client
+            for latency in args.latency:
+                times = [await one_task(host, labels, args.steps, latency) for _ in range(args.tasks)]
+                starts = [t.model.times[0] - t.started for t in times]
+                gaps = [b - a - latency for t in times for a, b in zip(t.model.times, t.model.times[1:])]
+                rows.append((f"start cold, latency {latency:g}s (ms med/p95)", ms(starts)))
+                rows.append((f"step overhead, latency {latency:g}s (ms med/p95)", ms(gaps)))
+            warm = pool_factory(host, 2)
+            if warm is not None and "pool" in inspect.signature(run_episode).parameters:
+                await warm.start(episode(labels, 1).sandbox)
+                starts = []
+                for _ in range(args.tasks):
+                    await warm.wait_ready(episode(labels, 1).sandbox)
+                    t = await one_task(host, labels, args.steps, 0.0, pool=warm)
+                    starts.append(t.model.times[0] - t.started)
+                await warm.close()
+                rows.append(("start warm pool, latency 0s (ms med/p95)", ms(starts)))
+            for n in args.concurrency:
+                cpu0, mem0 = cpu_sample(), mem_used_mb()
+                began = time.perf_counter()
+                results = await asyncio.gather(
+                    *(one_task(host, labels, args.steps, 0.0) for _ in range(n))
+                )
+                took = time.perf_counter() - began
+                cpu1, mem1 = cpu_sample(), mem_used_mb()
+                busy = 100 * (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)
+                errors = sum(not r.ok for r in results)
+                rows.append(
+                    (f"throughput {n} x {args.steps}-step tasks",
+                     f"{n / took * 60:8.1f}/min cpu {busy:3.0f}% mem {mem1:6.0f}MB "
+                     f"(+{mem1 - mem0:.0f}) errors {errors}")
+                )
+            rows.append(("idle sandbox memory (MB)", f"{await idle_memory_mb(host, labels):8.1f}"))
+        finally:
+            for container_id in await host.list_sandboxes(labels):
+                await host.remove_container(container_id)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure':<{width}}  value")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--tasks", type=int, default=10, help="sequential tasks per latency")
+    parser.add_argument("--steps", type=int, default=10, help="LLM turns per task")
+    parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.5])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The real app under a real uvicorn, in the test's own event loop, for WebSocket and SSE tests.
+
+`httpx.ASGITransport` cannot speak WebSocket, so stream tests talk to a real
+server on a loopback port while they write events the way the worker does,
+from the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import uvicorn
+
+from app.api.app import create_app
+from app.bus.fanout import LiveHub
+from app.config import Settings
+from tests.support.processes import free_port
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    ws_url: str
+    server: uvicorn.Server
+
+    @property
+    def hub(self) -> LiveHub:
+        """The process's live hub, to check how many Redis readers it runs."""
+        hub: LiveHub = self.server.lifespan.state["hub"]
+        return hub
+
+
+@asynccontextmanager
+async def live_server(settings: Settings) -> AsyncIterator[LiveServer]:
+    """Start the app on a free port (lifespan included); stop it on the way out."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        lifespan="on",
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(20):
+            while not server.started:
+                if serving.done():
+                    serving.result()
+                    raise RuntimeError("uvicorn stopped before it started")
+                await asyncio.sleep(0.02)
+        yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", server)
+    finally:
+        server.should_exit = True
+        await serving

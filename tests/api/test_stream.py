@@ -1,0 +1,270 @@
+"""The event stream over real WebSockets and SSE, served by a real uvicorn in the test's loop.
+
+Events are written the way the worker writes them (commit to Postgres, then
+publish to Redis) while clients watch: many viewers, a deliberately slow one,
+resumption at every point, and the two transports compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from redis.asyncio import Redis
+
+from app.config import Settings
+from app.db.models import Task
+from app.schemas import EventOut
+from app.services import events
+from app.services.events import record_event
+from tests.api.live_server import LiveServer, live_server
+from tests.services.rows import Sessions, insert_task, plain_settings
+
+WAIT_S = 30.0
+
+
+def stream_settings(database_url: str, **overrides: Any) -> Settings:
+    return plain_settings(database_url, rate_limit_per_s=0, **overrides)
+
+
+@pytest.fixture
+async def server(clean_db: str, redis: Redis) -> AsyncIterator[LiveServer]:
+    async with live_server(stream_settings(clean_db)) as live:
+        yield live
+
+
+async def emit(
+    sessions: Sessions, redis: Redis, task_id: str, type_: str = "step.started", **data: Any
+) -> EventOut:
+    async with sessions.begin() as session:
+        event = await record_event(session, task_id, type_, data or {"note": type_})
+    await events.publish(redis, event)
+    return event
+
+
+async def finished_task(sessions: Sessions, redis: Redis, durable: int) -> str:
+    """A succeeded task with `durable` events, the last one task.finished."""
+    task_id = await insert_task(sessions, status="running")
+    for _ in range(durable - 1):
+        await emit(sessions, redis, task_id)
+    await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+    async with sessions.begin() as session:
+        (await session.get_one(Task, task_id)).status = "succeeded"
+    return task_id
+
+
+async def read_ws(url: str, **options: Any) -> tuple[list[dict[str, Any]], int | None, str]:
+    """Every message until the server closes; the close code and reason."""
+    got: list[dict[str, Any]] = []
+    async with asyncio.timeout(WAIT_S), websockets.connect(url, **options) as ws:
+        try:
+            async for message in ws:
+                got.append(json.loads(message))
+        except websockets.ConnectionClosed:
+            pass
+    assert ws.close_code is not None
+    return got, ws.close_code, ws.close_reason or ""
+
+
+async def read_sse(base_url: str, path: str, headers: dict[str, str] | None = None) -> list[dict]:
+    async with (
+        asyncio.timeout(WAIT_S),
+        httpx.AsyncClient(base_url=base_url) as client,
+        client.stream("GET", path, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [
+            json.loads(line[len("data: ") :])
+            async for line in response.aiter_lines()
+            if line.startswith("data: ")
+        ]
+
+
+async def viewers_attached(server: LiveServer, count: int) -> None:
+    """Wait until `count` viewers follow live (their replays are done)."""
+    for _ in range(int(WAIT_S / 0.02)):
+        if server.hub.stats()["viewers"] >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"only {server.hub.stats()} after {WAIT_S} s")
+
+
+def durable(messages: list[dict[str, Any]]) -> list[int]:
+    return [m["seq"] for m in messages if m["seq"] is not None]
+
+
+async def test_a_hundred_viewers_see_every_event_through_one_redis_reader(
+    server: LiveServer, sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await insert_task(sessions, status="running")
+    url = f"{server.ws_url}/v1/tasks/{task_id}/stream?after=0"
+    viewers = [asyncio.create_task(read_ws(url)) for _ in range(100)]
+    await viewers_attached(server, 100)
+    assert server.hub.stats() == {"readers": 1, "viewers": 100}
+    for n in range(20):
+        await emit(sessions, redis, task_id)
+        await events.publish(redis, events.live_event(task_id, "tool.output", {"chunk": f"{n}"}))
+    await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+
+    results = await asyncio.gather(*viewers)
+    for messages, code, _ in results:
+        assert code == 1000
+        assert durable(messages) == list(range(1, 22))
+        assert [m["data"]["chunk"] for m in messages if m["type"] == "tool.output"] == [
+            str(n) for n in range(20)
+        ]
+    assert server.hub.stats() == {"readers": 0, "viewers": 0}
+
+
+def tiny_socket(port: int) -> socket.socket:
+    """A connected client socket with a small receive buffer, so the server's sends back up."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
+async def test_a_slow_viewer_is_cut_off_with_4408_and_the_others_keep_up(
+    clean_db: str, sessions: Sessions, redis: Redis
+) -> None:
+    settings = stream_settings(clean_db, stream_client_buffer=20)
+    async with live_server(settings) as live:
+        task_id = await insert_task(sessions, status="running")
+        await emit(sessions, redis, task_id)
+        url = f"{live.ws_url}/v1/tasks/{task_id}/stream?after=0"
+        port = int(live.base_url.rsplit(":", 1)[1])
+        # No compression: the ~13 MB below must really be bytes on the wire.
+        slow = await websockets.connect(url, sock=tiny_socket(port), max_queue=1, compression=None)
+        fast = asyncio.create_task(read_ws(url, max_size=None))
+        await viewers_attached(live, 2)
+        chunk = "x" * 32_768
+        for _ in range(400):  # ~13 MB: far more than the socket buffers hold
+            await events.publish(redis, events.live_event(task_id, "tool.output", {"chunk": chunk}))
+        await emit(sessions, redis, task_id)
+        await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+
+        fast_messages, fast_code, _ = await fast  # finishes while the slow one reads nothing
+        assert fast_code == 1000
+        assert durable(fast_messages) == [1, 2, 3]
+        assert sum(1 for m in fast_messages if m["type"] == "tool.output") == 400
+
+        slow_seen: list[dict[str, Any]] = []
+        async with asyncio.timeout(WAIT_S):
+            try:
+                async for message in slow:
+                    slow_seen.append(json.loads(message))
+            except websockets.ConnectionClosed:
+                pass
+        assert slow.close_code == 4408
+        last = max(durable(slow_seen), default=0)
+        assert slow.close_reason == f"too slow: reconnect with after={last}"
+
+        resumed, code, _ = await read_ws(f"{live.ws_url}/v1/tasks/{task_id}/stream?after={last}")
+        assert code == 1000
+        assert durable(slow_seen) + durable(resumed) == [1, 2, 3]
+
+
+async def test_resuming_at_every_point_over_websocket_and_sse_agree(
+    server: LiveServer, sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await finished_task(sessions, redis, durable=6)
+    ws_all, code, _ = await read_ws(f"{server.ws_url}/v1/tasks/{task_id}/stream")
+    assert code == 1000
+    assert durable(ws_all) == [1, 2, 3, 4, 5, 6]
+    assert ws_all[-1]["type"] == events.FINISHED
+    for after in range(6):
+        path = f"/v1/tasks/{task_id}"
+        over_ws, code, _ = await read_ws(f"{server.ws_url}{path}/stream?after={after}")
+        over_sse = await read_sse(server.base_url, f"{path}/events?after={after}")
+        by_header = await read_sse(
+            server.base_url, f"{path}/events?after=0", {"Last-Event-ID": str(after)}
+        )
+        assert code == 1000
+        assert over_ws == over_sse == by_header == ws_all[after:]
+
+
+async def test_nothing_left_of_a_finished_task(
+    server: LiveServer, sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await finished_task(sessions, redis, durable=3)
+    messages, code, _ = await read_ws(f"{server.ws_url}/v1/tasks/{task_id}/stream?after=3")
+    assert (messages, code) == ([], 1000)
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        response = await client.get(f"/v1/tasks/{task_id}/events", headers={"Last-Event-ID": "3"})
+    assert response.status_code == 204  # tells an EventSource to stop reconnecting
+
+
+async def test_live_steps_reach_a_viewer_connected_mid_task(
+    server: LiveServer, sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await insert_task(sessions, status="running")
+    for _ in range(3):
+        await emit(sessions, redis, task_id)
+    viewer = asyncio.create_task(read_ws(f"{server.ws_url}/v1/tasks/{task_id}/stream?after=2"))
+    await viewers_attached(server, 1)
+    await emit(sessions, redis, task_id)
+    await events.publish(redis, events.live_event(task_id, "llm.delta", {"text": "hi"}))
+    await emit(sessions, redis, task_id, events.FINISHED, status="failed")
+    messages, code, _ = await viewer
+    assert code == 1000
+    assert [(m["seq"], m["type"]) for m in messages] == [
+        (3, "step.started"),
+        (4, "step.started"),
+        (None, "llm.delta"),
+        (5, events.FINISHED),
+    ]
+
+
+async def test_unknown_and_foreign_tasks_close_with_4404(
+    server: LiveServer, sessions: Sessions
+) -> None:
+    foreign = await insert_task(sessions, tenant="someone-else", status="running")
+    for task_id in ("tsk_nope", foreign):
+        messages, code, _ = await read_ws(f"{server.ws_url}/v1/tasks/{task_id}/stream")
+        assert (messages, code) == ([], 4404)
+        async with httpx.AsyncClient(base_url=server.base_url) as client:
+            response = await client.get(f"/v1/tasks/{task_id}/events")
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+    assert server.hub.stats() == {"readers": 0, "viewers": 0}
+
+
+async def test_idle_streams_get_keepalives(clean_db: str, sessions: Sessions) -> None:
+    async with live_server(stream_settings(clean_db, stream_keepalive_s=0.2)) as live:
+        task_id = await insert_task(sessions, status="running")
+        async with websockets.connect(f"{live.ws_url}/v1/tasks/{task_id}/stream") as ws:
+            async with asyncio.timeout(WAIT_S):
+                message = json.loads(await ws.recv())
+        assert (message["type"], message["seq"], message["task_id"]) == ("keepalive", None, task_id)
+        async with (
+            asyncio.timeout(WAIT_S),
+            httpx.AsyncClient(base_url=live.base_url) as client,
+            client.stream("GET", f"/v1/tasks/{task_id}/events") as response,
+        ):
+            lines = response.aiter_lines()
+            assert await anext(lines) == "retry: 2000"
+            while (line := await anext(lines)) == "":
+                pass
+            assert line == ": keepalive"
+
+
+async def test_stream_auth_errors_are_close_codes_and_the_token_is_read(
+    clean_db: str, sessions: Sessions
+) -> None:
+    settings = stream_settings(clean_db, auth="keys")
+    async with live_server(settings) as live:
+        task_id = await insert_task(sessions, status="running")
+        url = f"{live.ws_url}/v1/tasks/{task_id}/stream"
+        missing, code_missing, reason_missing = await read_ws(url)
+        wrong, code_wrong, reason_wrong = await read_ws(f"{url}?token=not-a-key")
+    assert (missing, code_missing) == ([], 4401)
+    assert (wrong, code_wrong) == ([], 4401)
+    assert reason_missing != reason_wrong  # the ?token= reached the key check

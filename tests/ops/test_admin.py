@@ -1,0 +1,143 @@
+"""`sandhive admin`: workers and slots from heartbeats, drain, requeue, fail, prune."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from typer.testing import CliRunner
+
+from app.bus import keys, leases, queue
+from app.cli import cli
+from app.config import Settings
+from app.db import models
+from app.errors import Conflict
+from app.ids import utc_now
+from app.services import admin
+from tests.services.rows import insert_artifact, insert_task
+from tests.support.processes import settings_env
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+async def beat(redis: Redis, name: str, slots: int, busy: int) -> None:
+    info = {"host": "h1", "pid": 42, "tasks": busy, "slots": slots}
+    await leases.beat(redis, name, 10_000, info)
+
+
+async def test_workers_lists_heartbeats_with_slots_and_drain(redis: Redis) -> None:
+    await beat(redis, "w-a", 4, 1)
+    await beat(redis, "w-b", 2, 0)
+    await redis.set(keys.task_lease("tsk_x"), "w-a|1-0")  # other sandhive keys are not workers
+    await admin.drain(redis, "w-b")
+    found = await admin.list_workers(redis)
+    assert [(w.name, w.slots, w.busy, w.draining) for w in found] == [
+        ("w-a", 4, 1, False),
+        ("w-b", 2, 0, True),
+    ]
+    await leases.forget(redis, "w-a")
+    assert [w.name for w in await admin.list_workers(redis)] == ["w-b"]
+
+
+def test_workers_command_prints_them(settings: Settings, redis: Redis) -> None:
+    import asyncio
+
+    async def seed() -> None:
+        client = Redis.from_url(settings.redis_url)
+        await beat(client, "w-cli", 3, 2)
+        await client.aclose()
+
+    asyncio.run(seed())
+    result = CliRunner().invoke(cli, ["admin", "workers"], env=settings_env(settings))
+    assert result.exit_code == 0, result.output
+    assert "w-cli\th1\t42\t2/3\tactive" in result.output
+
+
+def test_a_drained_worker_stops_claiming_and_exits(settings: Settings, tmp_path: Path) -> None:
+    fast = settings.model_copy(update={"worker_heartbeat_s": 0.3, "worker_name": "w-drain"})
+    env = settings_env(fast)
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "worker"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "w-drain\t" not in (r := CliRunner().invoke(cli, ["admin", "workers"], env=env)).output:
+            assert time.monotonic() < deadline, log.read_text()
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        result = CliRunner().invoke(cli, ["admin", "drain", "w-drain"], env=env)
+        assert result.exit_code == 0, result.output
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        assert "drained by an operator" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_requeue_puts_queued_and_running_tasks_back(sessions: Sessions, redis: Redis) -> None:
+    queued = await insert_task(sessions)
+    running = await insert_task(sessions, status="running", attempt=1)
+    await redis.set(keys.task_lease(running), "w-gone|1-0")
+    assert await admin.requeue(sessions, redis, queued) == "queued"
+    assert await admin.requeue(sessions, redis, running) == "running"
+    assert await queue.queued_task_ids(redis) >= {queued, running}
+    assert await redis.get(keys.task_lease(running)) is None  # its worker sees the lease lost
+    done = await insert_task(sessions, status="succeeded", finished_at=utc_now())
+    with pytest.raises(Conflict):
+        await admin.requeue(sessions, redis, done)
+
+
+async def test_fail_ends_a_task_with_an_event(sessions: Sessions, redis: Redis) -> None:
+    task_id = await insert_task(sessions, status="running", attempt=1)
+    await admin.fail(sessions, redis, task_id, "stuck for a day")
+    async with sessions() as session:
+        task = await session.get(models.Task, task_id)
+        events = list(
+            await session.scalars(select(models.Event).where(models.Event.task_id == task_id))
+        )
+    assert task is not None
+    assert (task.status, task.finish_reason) == ("failed", "sandbox_error")
+    assert task.error == "failed by an operator: stuck for a day"
+    assert [event.type for event in events] == ["task.finished"]
+    assert await redis.exists(keys.cancel_flag(task_id))
+    with pytest.raises(Conflict):
+        await admin.fail(sessions, redis, task_id, "again")
+
+
+async def test_prune_by_age(sessions: Sessions, settings: Settings) -> None:
+    now = utc_now()
+    ancient = await insert_task(sessions, status="succeeded", finished_at=now - timedelta(days=40))
+    old = await insert_task(sessions, status="failed", finished_at=now - timedelta(days=10))
+    fresh = await insert_task(sessions, status="succeeded", finished_at=now - timedelta(hours=1))
+    running = await insert_task(sessions, status="running", attempt=1)
+    for task_id in (ancient, old, fresh):
+        await insert_artifact(sessions, task_id, "a.txt", b"x", "text/plain")
+    env = {**settings_env(settings), "SANDHIVE_TASK_RETENTION_DAYS": "30"}
+    env["SANDHIVE_ARTIFACT_RETENTION_DAYS"] = "7"
+    result = CliRunner().invoke(cli, ["admin", "prune"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "pruned 1 tasks and 1 artifacts" in result.output
+    async with sessions() as session:
+        left = set(await session.scalars(select(models.Task.id)))
+        with_artifacts = set(await session.scalars(select(models.Artifact.task_id)))
+        steps = await session.scalar(select(func.count()).select_from(models.Event))
+    assert {old, fresh, running} <= left and ancient not in left
+    assert with_artifacts == {fresh}
+    assert steps is not None
+
+
+def test_admin_refusal_exits_1(settings: Settings) -> None:
+    result = CliRunner().invoke(
+        cli, ["admin", "fail", "tsk_nope"], env=settings_env(settings)
+    )
+    assert result.exit_code == 1

@@ -1,0 +1,135 @@
+"""The container audit itself (RELIABILITY I-09): real sandboxes pass, a weak container fails,
+and the session-wide watcher really sees the sandboxes that start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.sandbox import DockerHost
+from app.sandbox.policy import EgressPolicy, SandboxCaps, container_config, sandbox_config
+from tests.support.container_audit import SandboxAuditor, audit
+
+IMAGE = "sandhive-sandbox:latest"
+
+
+def inspect(container_id: str) -> dict:
+    out = subprocess.run(
+        ["docker", "inspect", container_id], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)[0]
+
+
+@pytest.fixture
+async def host(docker_image: str) -> AsyncIterator[DockerHost]:
+    labels = {"sandhive.test": uuid.uuid4().hex}
+    async with DockerHost() as docker_host:
+        docker_host.test_labels = labels  # type: ignore[attr-defined]
+        yield docker_host
+        for cid in await docker_host.list_sandboxes(labels):
+            await docker_host.remove_container(cid)
+
+
+async def test_a_sandbox_made_by_the_policy_passes_and_the_watcher_saw_it(
+    host: DockerHost, sandbox_audit: SandboxAuditor
+) -> None:
+    caps = SandboxCaps(image=IMAGE, max_cpus=1, max_memory_mb=512, max_disk_mb=64)
+    labels = {**host.test_labels, "sandhive.task": "tsk_audit"}  # type: ignore[attr-defined]
+    config = sandbox_config(
+        caps, labels=labels, cpus=0.5, memory_mb=256, disk_mb=32, network="none"
+    )
+    box = await host.create_sandbox(config)
+    assert audit(inspect(box.id)) == []
+    for _ in range(100):  # the watcher runs in its own thread: poll it
+        if box.id in sandbox_audit.audited:
+            break
+        await asyncio.sleep(0.1)
+    assert box.id in sandbox_audit.audited  # the session-wide watcher audits every sandbox
+
+
+def test_the_policy_with_egress_and_a_ca_bundle_passes_in_inspect_form() -> None:
+    caps = SandboxCaps(
+        image=IMAGE,
+        max_cpus=1,
+        max_memory_mb=512,
+        max_disk_mb=64,
+        egress=EgressPolicy(network="shv-egress-x", bridge="shvx0"),
+        ca_bundle="/etc/ssl/certs/ca-certificates.crt",
+    )
+    cfg = sandbox_config(
+        caps, labels={"sandhive.task": "t"}, cpus=1, memory_mb=256, disk_mb=32, network="egress"
+    )
+    body = container_config(cfg)
+    # What `docker inspect` shows for it: HostConfig as sent, Mounts as resolved.
+    info = {
+        "HostConfig": body["HostConfig"],
+        "Config": {"Labels": body["Labels"]},
+        "Mounts": [
+            {"Type": "volume", "Source": "/var/lib/docker/volumes/x/_data", "RW": True},
+            {
+                "Type": "bind",
+                "Source": "/etc/ssl/certs/ca-certificates.crt",
+                "Destination": "/etc/sandhive/ca-bundle.crt",
+                "RW": False,
+            },
+        ],
+    }
+    assert audit(info) == []
+
+
+def test_a_weak_container_is_flagged() -> None:
+    """Negative control: the audit catches what a careless `docker run` would do."""
+    created = subprocess.run(
+        [
+            "docker",
+            "create",
+            "--label",
+            "sandhive.test-weak=1",
+            "--cap-add",
+            "SYS_ADMIN",
+            "--cap-add",
+            "NET_RAW",
+            "--security-opt",
+            "seccomp=unconfined",
+            "-v",
+            "/var/run/docker.sock:/var/run/docker.sock",
+            "-p",
+            "127.0.0.1::8000",
+            "--ipc",
+            "host",
+            "--restart",
+            "always",
+            IMAGE,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    container_id = created.stdout.strip()
+    try:
+        problems = " | ".join(audit(inspect(container_id)))
+    finally:
+        subprocess.run(["docker", "rm", "-f", container_id], capture_output=True, check=False)
+    for expected in (
+        "CapDrop",
+        "SYS_ADMIN",
+        "no-new-privileges",
+        "seccomp=unconfined",
+        "PidsLimit",
+        "Memory",
+        "CPU",
+        "IpcMode 'host'",
+        "NetworkMode 'bridge'" if "NetworkMode 'bridge'" in problems else "NetworkMode",
+        "published ports",
+        "docker.sock",
+        "writable",
+        "no init",
+        "restart policy",
+        "sandhive.managed",
+    ):
+        assert expected in problems, (expected, problems)

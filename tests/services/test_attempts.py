@@ -1,0 +1,144 @@
+"""The worker's use cases on real Postgres and Redis: attempts, fencing, hand-back, lost workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import select
+
+from app.db import models
+from app.ids import utc_now
+from app.schemas import StepOut, UsageOut
+from app.services import attempts
+from app.services.attempts import StaleAttempt, StartedAttempt, TaskEnd
+from app.states import FinishReason
+from tests.services.rows import Sessions, insert_task
+
+
+async def row(sessions: Sessions, task_id: str) -> models.Task:
+    async with sessions() as session:
+        return await session.get_one(models.Task, task_id)
+
+
+async def event_types(sessions: Sessions, task_id: str) -> list[str]:
+    async with sessions() as session:
+        query = select(models.Event.type).where(models.Event.task_id == task_id)
+        return list(await session.scalars(query.order_by(models.Event.seq)))
+
+
+def step(attempt: int, index: int = 0) -> StepOut:
+    return StepOut(
+        index=index,
+        attempt=attempt,
+        thought="t",
+        reasoning="",
+        action=None,
+        observation="o",
+        exit_code=None,
+        started_at=utc_now(),
+        llm_ms=1,
+        tool_ms=1,
+        prompt_tokens=1,
+        completion_tokens=1,
+    )
+
+
+async def start(
+    sessions: Sessions, redis: Redis, task_id: str, max_attempts: int = 3
+) -> StartedAttempt | None:
+    return await attempts.start_attempt(sessions, redis, task_id, "w1", max_attempts=max_attempts)
+
+
+async def test_a_stale_attempt_cannot_write(sessions: Sessions, redis: Redis) -> None:
+    task_id = await insert_task(sessions)
+    first = await start(sessions, redis, task_id)
+    assert first is not None
+    # Its worker "dies"; the task is reclaimed (still running) as attempt 2.
+    second = await start(sessions, redis, task_id)
+    assert second is not None
+    assert (first.attempt, second.attempt) == (1, 2)
+
+    with pytest.raises(StaleAttempt):
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1))
+    with pytest.raises(StaleAttempt):
+        await attempts.step_started(sessions, redis, task_id, 1, 0)
+    with pytest.raises(StaleAttempt):
+        await attempts.finish_task(
+            sessions, redis, task_id, 1, TaskEnd(FinishReason.submitted), [("a.txt", b"old")]
+        )
+    with pytest.raises(StaleAttempt):
+        await attempts.hand_back(sessions, redis, task_id, 1)
+
+    await attempts.save_step(sessions, redis, task_id, step(attempt=2))
+    await attempts.finish_task(
+        sessions,
+        redis,
+        task_id,
+        2,
+        TaskEnd(FinishReason.submitted, answer="42", usage=UsageOut(steps=1)),
+        [("a.txt", b"new")],
+    )
+    task = await row(sessions, task_id)
+    assert (task.status, task.answer, task.attempt, task.lost_attempts) == ("succeeded", "42", 2, 1)
+    async with sessions() as session:
+        contents = list(await session.scalars(select(models.Artifact.content)))
+    assert contents == [b"new"]
+    # Finished: even the current attempt's late writes are refused.
+    with pytest.raises(StaleAttempt):
+        await attempts.save_step(sessions, redis, task_id, step(attempt=2, index=1))
+
+
+async def test_after_max_lost_attempts_the_task_fails_worker_lost(
+    sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await insert_task(sessions)
+    assert await start(sessions, redis, task_id, max_attempts=2) is not None
+    assert await start(sessions, redis, task_id, max_attempts=2) is not None  # 1 lost
+    assert await start(sessions, redis, task_id, max_attempts=2) is None  # 2 lost: give up
+    task = await row(sessions, task_id)
+    assert (task.status, task.finish_reason) == ("failed", "worker_lost")
+    assert "lost 2 times" in (task.error or "")
+    assert (await event_types(sessions, task_id))[-1] == "task.finished"
+    assert await start(sessions, redis, task_id) is None, "terminal: nothing to run"
+
+
+async def test_hand_back_queues_the_task_without_losing_an_attempt(
+    sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await insert_task(sessions)
+    first = await start(sessions, redis, task_id, max_attempts=1)
+    assert first is not None
+    await attempts.hand_back(sessions, redis, task_id, first.attempt)
+    task = await row(sessions, task_id)
+    assert (task.status, task.lost_attempts) == ("queued", 0)
+    second = await start(sessions, redis, task_id, max_attempts=1)
+    assert second is not None, "a handed-back attempt does not count against the limit"
+    assert second.attempt == 2
+    assert await event_types(sessions, task_id) == ["task.started", "task.queued", "task.started"]
+
+
+async def test_a_cancel_recorded_before_the_start_ends_the_task(
+    sessions: Sessions, redis: Redis
+) -> None:
+    task_id = await insert_task(sessions, status="running", attempt=1)
+    async with sessions.begin() as session:
+        task = await session.get_one(models.Task, task_id)
+        task.cancel_requested_at = utc_now()
+    assert await start(sessions, redis, task_id) is None
+    task = await row(sessions, task_id)
+    assert (task.status, task.finish_reason, task.attempt) == ("cancelled", "cancelled", 1)
+
+
+async def test_housekeeping_reads(sessions: Sessions, redis: Redis) -> None:
+    old = utc_now() - timedelta(minutes=5)
+    queued = await insert_task(sessions, created_at=old)
+    running = await insert_task(sessions, status="running", attempt=2, created_at=old)
+    await insert_task(sessions, status="succeeded", created_at=old)
+    young = await insert_task(sessions)
+    found = await attempts.unfinished_tasks(sessions, utc_now() - timedelta(seconds=5))
+    assert found == {queued: "queued", running: "running"}
+    assert young not in found
+    assert await attempts.task_states(sessions, [running, "tsk_nope"]) == {running: ("running", 2)}
+    assert await attempts.cancel_requested(sessions, [queued, running]) == set()

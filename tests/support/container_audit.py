@@ -1,0 +1,190 @@
+"""The sandbox container audit (RELIABILITY I-09, our subset of CIS section 5).
+
+`audit(inspect)` lists what is wrong with one `docker inspect` document;
+`SandboxAuditor` watches `docker events` for the whole test session and audits
+every container Sandhive starts (name `sandhive-<12 hex>`, label
+`sandhive.managed=1`), so no test can start a weaker one unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
+
+SANDBOX_NAME = re.compile(r"^/?sandhive-[0-9a-f]{12}$")
+MAX_PIDS = 4096
+FORBIDDEN_SECURITY = ("seccomp=unconfined", "apparmor=unconfined", "label=disable")
+
+
+def audit(info: dict[str, Any]) -> list[str]:
+    """Every violation of the sandbox policy in one container's inspect document."""
+    hc = info.get("HostConfig") or {}
+    config = info.get("Config") or {}
+    problems = [
+        *_privileges(hc),
+        *_resources(hc),
+        *_namespaces(hc),
+        *_network(hc),
+        *_mounts(hc, info.get("Mounts") or []),
+    ]
+    if hc.get("ReadonlyRootfs") is not True:
+        problems.append("the image filesystem is writable")
+    if hc.get("Init") is not True:
+        problems.append("no init process")
+    if (hc.get("RestartPolicy") or {}).get("Name") not in ("no", ""):
+        problems.append(f"restart policy {hc.get('RestartPolicy')}")
+    if (hc.get("LogConfig") or {}).get("Type") not in ("none", "local"):
+        problems.append(f"log driver {(hc.get('LogConfig') or {}).get('Type')!r} does not rotate")
+    labels = config.get("Labels") or {}
+    if labels.get(MANAGED_LABEL) != "1":
+        problems.append("no sandhive.managed label")
+    if "sandhive.task" not in labels and "sandhive.local" not in labels:
+        problems.append("no sandhive.task label")
+    return problems
+
+
+def _privileges(hc: dict[str, Any]) -> list[str]:
+    problems = []
+    if hc.get("Privileged"):
+        problems.append("privileged")
+    if hc.get("CapDrop") != ["ALL"]:
+        problems.append(f"CapDrop is {hc.get('CapDrop')}, not ['ALL']")
+    extra = set(hc.get("CapAdd") or []) - set(CAP_ADD)
+    if extra:
+        problems.append(f"capabilities beyond the allow-list: {sorted(extra)}")
+    security = hc.get("SecurityOpt") or []
+    if "no-new-privileges" not in security and "no-new-privileges:true" not in security:
+        problems.append("no no-new-privileges")
+    problems += [f"SecurityOpt {opt}" for opt in security if opt in FORBIDDEN_SECURITY]
+    return problems
+
+
+def _resources(hc: dict[str, Any]) -> list[str]:
+    problems = []
+    pids = hc.get("PidsLimit") or 0
+    if not 0 < pids <= MAX_PIDS:
+        problems.append(f"PidsLimit {pids}")
+    if not hc.get("Memory") or hc.get("MemorySwap") != hc.get("Memory"):
+        problems.append(f"Memory {hc.get('Memory')} / MemorySwap {hc.get('MemorySwap')}")
+    if not hc.get("NanoCpus"):
+        problems.append("no CPU quota")
+    if not hc.get("Ulimits"):
+        problems.append("no ulimits")
+    if hc.get("OomKillDisable"):
+        problems.append("OOM killer disabled")
+    if hc.get("Devices"):
+        problems.append(f"devices {hc.get('Devices')}")
+    return problems
+
+
+def _namespaces(hc: dict[str, Any]) -> list[str]:
+    problems = []
+    if hc.get("IpcMode") != "private":
+        problems.append(f"IpcMode {hc.get('IpcMode')!r}")
+    for key in ("PidMode", "UTSMode", "UsernsMode", "CgroupnsMode"):
+        if hc.get(key) == "host":
+            problems.append(f"{key} host")
+    return problems
+
+
+def _network(hc: dict[str, Any]) -> list[str]:
+    problems = []
+    mode = hc.get("NetworkMode") or ""
+    if mode in ("host", "bridge", "default") or mode.startswith("container:"):
+        problems.append(f"NetworkMode {mode!r}")
+    if any(hc.get("PortBindings") or {}):
+        problems.append(f"published ports {hc.get('PortBindings')}")
+    if hc.get("PublishAllPorts"):
+        problems.append("PublishAllPorts")
+    return problems
+
+
+def _mounts(hc: dict[str, Any], mounts: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    if hc.get("Binds"):
+        problems.append(f"bind mounts {hc.get('Binds')}")
+    for mount in mounts:
+        source = str(mount.get("Source", ""))
+        if "docker.sock" in source or "containerd" in source:
+            problems.append(f"the Docker control plane is mounted: {source}")
+        elif mount.get("Type") == "bind" and (
+            mount.get("Destination") != CA_BUNDLE_PATH or mount.get("RW")
+        ):
+            problems.append(f"bind mount {source} -> {mount.get('Destination')}")
+        elif mount.get("Type") not in ("bind", "volume", "tmpfs"):
+            problems.append(f"mount of type {mount.get('Type')}")
+    return problems
+
+
+@dataclass
+class SandboxAuditor:
+    """Audits each Sandhive container as it starts, for as long as it runs."""
+
+    audited: list[str] = field(default_factory=list)
+    violations: dict[str, list[str]] = field(default_factory=dict)
+    missed: int = 0
+    """Containers gone before they could be inspected (none of their settings unseen, though:
+    every sandbox is made by the same `container_config`)."""
+    _proc: subprocess.Popen[str] | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            [
+                "docker",
+                "events",
+                "--format",
+                "{{json .}}",
+                "--filter",
+                "type=container",
+                "--filter",
+                "event=start",
+                "--filter",
+                f"label={MANAGED_LABEL}=1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        assert self._proc is not None
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            name = (event.get("Actor") or {}).get("Attributes", {}).get("name", "")
+            if SANDBOX_NAME.match(name):
+                self.check(event.get("id") or event["Actor"]["ID"])
+
+    def check(self, container_id: str) -> None:
+        found = subprocess.run(
+            ["docker", "inspect", container_id], capture_output=True, text=True, check=False
+        )
+        if found.returncode != 0:
+            self.missed += 1
+            return
+        [info] = json.loads(found.stdout)
+        self.audited.append(container_id)
+        problems = audit(info)
+        if problems:
+            self.violations[f"{info.get('Name')} {container_id[:12]}"] = problems
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()

@@ -1,0 +1,112 @@
+"""The reaper on the real Docker daemon: exactly the doomed sandboxes go, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from app.bus import leases
+from app.config import Settings
+from app.db.engine import create_engine, create_sessions
+from app.sandbox.docker import DockerHost
+from app.sandbox.reaper import labels_for
+from app.worker.attempt import WorkerContext
+from app.worker.reaping import reap
+from tests.services.rows import insert_task
+
+
+@pytest.fixture
+def made() -> Iterator[list[str]]:
+    """Ids of containers a test starts; all removed afterwards, whatever happened."""
+    ids: list[str] = []
+    yield ids
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+@pytest.fixture
+async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
+    config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
+    engine = create_engine(config.database_url)
+    async with DockerHost() as docker:
+        yield WorkerContext(
+            config, create_sessions(engine), redis, docker, "w-me", f"reap-{uuid.uuid4().hex[:8]}"
+        )
+    await engine.dispose()
+
+
+def start_container(made: list[str], image: str, labels: dict[str, str]) -> str:
+    args = ["docker", "run", "-d", "--network", "none"]
+    for key, value in labels.items():
+        args += ["--label", f"{key}={value}"]
+    out = subprocess.run([*args, image, "sleep", "600"], capture_output=True, text=True, check=True)
+    made.append(out.stdout.strip())
+    return made[-1]
+
+
+def exists(container_id: str) -> bool:
+    probe = subprocess.run(["docker", "inspect", container_id], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+async def test_reap_removes_exactly_the_doomed(
+    ctx: WorkerContext, docker_image: str, made: list[str]
+) -> None:
+    sessions = ctx.sessions
+    finished = await insert_task(sessions, status="succeeded", attempt=1)
+    reclaimed = await insert_task(sessions, status="running", attempt=2)
+    healthy = await insert_task(sessions, status="running", attempt=1)
+    orphaned = await insert_task(sessions, status="running", attempt=1)
+    mine = await insert_task(sessions, status="running", attempt=1)
+    await leases.beat(ctx.redis, "w-alive", 60_000, {})
+
+    def ours(task_id: str, attempt: int, worker: str) -> dict[str, str]:
+        return {"sandhive.managed": "1", **labels_for(ctx.instance, task_id, attempt, worker)}
+
+    doomed = {
+        start_container(made, docker_image, ours(finished, 1, "w-alive")): "task finished",
+        start_container(made, docker_image, ours(reclaimed, 1, "w-alive")): "older attempt",
+        start_container(made, docker_image, ours(orphaned, 1, "w-dead")): "worker gone",
+        start_container(made, docker_image, ours("tsk_unknown", 1, "w-alive")): "unknown task",
+    }
+    kept = {
+        start_container(made, docker_image, ours(healthy, 1, "w-alive")): "live attempt",
+        start_container(made, docker_image, ours(mine, 1, "w-me")): "this worker's own",
+        start_container(
+            made, docker_image, {**ours(finished, 1, "w-dead"), "sandhive.instance": "other"}
+        ): "another deployment's",
+        start_container(made, docker_image, {}): "not Sandhive's",
+        start_container(
+            made,
+            docker_image,
+            {k: v for k, v in ours(finished, 1, "w-dead").items() if k != "sandhive.managed"},
+        ): "not marked managed",
+    }
+
+    removed = await reap(ctx, {mine})
+
+    assert sorted(removed) == sorted(doomed), {doomed.get(r, kept.get(r)) for r in removed}
+    assert [why for cid, why in doomed.items() if exists(cid)] == []
+    assert [why for cid, why in kept.items() if not exists(cid)] == []
+
+
+async def test_a_worker_whose_heartbeat_returns_keeps_its_sandboxes(
+    ctx: WorkerContext, docker_image: str, made: list[str]
+) -> None:
+    """A Redis restart drops every heartbeat; a live worker beats again before the re-check."""
+    task_id = await insert_task(ctx.sessions, status="running", attempt=1)
+    labels = {"sandhive.managed": "1", **labels_for(ctx.instance, task_id, 1, "w-blinking")}
+    container = start_container(made, docker_image, labels)
+
+    async def beat_soon() -> None:
+        await asyncio.sleep(0.1)  # after the first look, before the re-check
+        await leases.beat(ctx.redis, "w-blinking", 60_000, {})
+
+    removed, _ = await asyncio.gather(reap(ctx, set()), beat_soon())
+    assert removed == []
+    assert exists(container)
