@@ -6,6 +6,7 @@ instance. Deep code receives the values it needs, not the whole object.
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from pathlib import Path
@@ -47,6 +48,14 @@ class Settings(BaseSettings):
     sandbox_image: str = "sandhive-sandbox:latest"
     sandbox_pids_limit: int = Field(default=512, ge=16)
     sandbox_workdir: str = "/testbed"
+
+    # Fast sandboxes (issue 7). See README "Performance".
+    sandbox_exec_channel: bool = True
+    """Run commands through one long-lived in-sandbox agent instead of a `docker exec` each."""
+    warm_pool_size: int = Field(default=0, ge=0, le=64)
+    """Ready sandboxes per worker and sandbox shape (0: none, every task starts cold)."""
+    warm_pool_max_age_s: float = Field(default=600.0, gt=0)
+    """A pooled sandbox older than this is replaced rather than handed to a task."""
 
     # The default LLM profile; more named profiles may come from a TOML file
     llm_base_url: str = ""
@@ -196,7 +205,13 @@ class Settings(BaseSettings):
                 model=self.llm_model,
             )
         if self.llm_profiles_file is not None:
-            data = tomllib.loads(self.llm_profiles_file.read_text())
-            for name, table in data.get("profiles", {}).items():
-                profiles[name] = LLMProfile.model_validate(table)
+            path = self.llm_profiles_file
+            profiles.update(_read_profiles(path, path.stat().st_mtime_ns))
         return profiles
+
+
+@functools.lru_cache(maxsize=8)
+def _read_profiles(path: Path, mtime_ns: int) -> dict[str, LLMProfile]:
+    """Parsed once per version of the file (keyed by mtime), not on every submit and attempt."""
+    data = tomllib.loads(path.read_text())
+    return {name: LLMProfile.model_validate(t) for name, t in data.get("profiles", {}).items()}

@@ -22,6 +22,7 @@ from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig
+from app.sandbox.pool import WarmPool
 from app.schemas import LLMSpec
 from app.states import FinishReason
 
@@ -110,20 +111,23 @@ async def run_episode(
     sink: EventSink,
     caps: CollectCaps,
     stop: asyncio.Event | None = None,
+    pool: WarmPool | None = None,
 ) -> EpisodeResult:
     """Create the sandbox, run the loop, collect /testbed/output, always remove the sandbox.
 
     The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
     the loop and the collection (which still gets COLLECT_GRACE_S after a timeout,
     so partial output is kept). Setting `stop` ends the loop at once (a cancel);
-    the output so far is still collected.
+    the output so far is still collected. With a warm `pool`, a ready sandbox of the
+    same shape is used when there is one (it is removed afterwards all the same).
     """
     box: DockerSandbox | None = None
     result = EpisodeResult(outcome=Outcome(finish_reason=FinishReason.sandbox_error))
     deadline = _Deadline(episode.agent.timeout_s)
     try:
         async with asyncio.timeout(deadline.left()):
-            box = await host.create_sandbox(episode.sandbox)
+            box = pool.claim(episode.sandbox) if pool is not None else None
+            box = box or await host.create_sandbox(episode.sandbox)
             if episode.inputs:
                 await box.put_files(episode.input_dir, episode.inputs)
         agent = replace(episode.agent, timeout_s=deadline.left())

@@ -1,7 +1,7 @@
 """Sandhive's own overhead per task and per step, with an instant (or fixed-latency) model.
 
     .venv/bin/python bench/overhead.py [--tasks 10] [--steps 10] [--latency 0 0.5]
-                                       [--concurrency 1 8 32] [--exec channel|docker]
+                                       [--concurrency 1 8 32] [--no-channel]
 
 What it measures, on the episode path the worker and `sandhive run` share
 (`app.episode.run_episode`: sandbox start, inputs, agent loop, tools, collection,
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -33,6 +33,7 @@ from app.episode import Episode, run_episode
 from app.sandbox.docker import DockerHost
 from app.sandbox.files import CollectCaps
 from app.sandbox.policy import SandboxConfig
+from app.sandbox.pool import WarmPool
 
 IMAGE = "sandhive-sandbox:latest"
 CAPS = CollectCaps(max_files=100, max_file_bytes=2**20, max_total_bytes=2**24)
@@ -46,13 +47,20 @@ class TimedModel:
     latency_s: float
     times: list[float] = field(default_factory=list)
 
-    async def complete(self, messages: Sequence[Any], tools: Any, on_delta: Any = None) -> Completion:
+    async def complete(
+        self, messages: Sequence[Any], tools: Any, on_delta: Any = None
+    ) -> Completion:
         self.times.append(time.perf_counter())
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         n = len(self.times)
         name, args = ("submit", "{}") if n >= self.steps else ("execute_bash", '{"command":"true"}')
-        call = ToolCall(id=f"c{n}", name=name, arguments={} if name == "submit" else {"command": "true"}, raw_arguments=args)
+        call = ToolCall(
+            id=f"c{n}",
+            name=name,
+            arguments={} if name == "submit" else {"command": "true"},
+            raw_arguments=args,
+        )
         message = {
             "role": "assistant",
             "content": "",
@@ -82,14 +90,16 @@ class TaskTimes:
 
 
 def episode(labels: Mapping[str, str], steps: int) -> Episode:
-    spec = AgentSpec(system_prompt="bench", user_prompt="bench", max_steps=steps + 5,
-                     tools_profile="standard")
+    spec = AgentSpec(
+        system_prompt="bench", user_prompt="bench", max_steps=steps + 5, tools_profile="standard"
+    )
     config = SandboxConfig(image=IMAGE, labels=labels, memory_mb=512, disk_mb=64)
     return Episode(agent=spec, sandbox=config, inputs=[("in.txt", b"hello\n")])
 
 
-async def one_task(host: DockerHost, labels: Mapping[str, str], steps: int, latency: float,
-                   **extra: Any) -> TaskTimes:
+async def one_task(
+    host: DockerHost, labels: Mapping[str, str], steps: int, latency: float, **extra: Any
+) -> TaskTimes:
     model = TimedModel(steps, latency)
     started = time.perf_counter()
     result = await run_episode(host, model, episode(labels, steps), NullSink(), CAPS, **extra)
@@ -98,7 +108,7 @@ async def one_task(host: DockerHost, labels: Mapping[str, str], steps: int, late
 
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def ms(values: Sequence[float]) -> str:
@@ -136,37 +146,34 @@ async def idle_memory_mb(host: DockerHost, labels: Mapping[str, str]) -> float:
         await box.remove()
 
 
-def pool_factory(host: DockerHost, size: int) -> Any:
-    """The warm pool for the bench's sandbox shape, when app.sandbox.pool exists."""
-    try:
-        from app.sandbox import pool
-    except ImportError:
-        return None
-    return pool.WarmPool(host, size=size)
-
-
 async def run(args: argparse.Namespace) -> None:
     labels = {"sandhive.bench": uuid.uuid4().hex}
     rows: list[tuple[str, str]] = []
-    async with DockerHost() as host:
+    async with DockerHost(exec_channel=not args.no_channel) as host:
         try:
             await one_task(host, labels, 2, 0.0)  # warm the image cache and the client
             for latency in args.latency:
-                times = [await one_task(host, labels, args.steps, latency) for _ in range(args.tasks)]
+                times = [
+                    await one_task(host, labels, args.steps, latency) for _ in range(args.tasks)
+                ]
                 starts = [t.model.times[0] - t.started for t in times]
-                gaps = [b - a - latency for t in times for a, b in zip(t.model.times, t.model.times[1:])]
+                gaps = [
+                    b - a - latency
+                    for t in times
+                    for a, b in zip(t.model.times, t.model.times[1:], strict=False)
+                ]
                 rows.append((f"start cold, latency {latency:g}s (ms med/p95)", ms(starts)))
                 rows.append((f"step overhead, latency {latency:g}s (ms med/p95)", ms(gaps)))
-            warm = pool_factory(host, 2)
-            if warm is not None and "pool" in inspect.signature(run_episode).parameters:
-                await warm.start(episode(labels, 1).sandbox)
-                starts = []
-                for _ in range(args.tasks):
-                    await warm.wait_ready(episode(labels, 1).sandbox)
-                    t = await one_task(host, labels, args.steps, 0.0, pool=warm)
-                    starts.append(t.model.times[0] - t.started)
-                await warm.close()
-                rows.append(("start warm pool, latency 0s (ms med/p95)", ms(starts)))
+            warm = WarmPool(host, size=2, labels=labels)
+            shape = episode(labels, 1).sandbox
+            warm.start(shape)
+            starts = []
+            for _ in range(args.tasks):
+                await warm.wait_ready(shape)
+                t = await one_task(host, labels, args.steps, 0.0, pool=warm)
+                starts.append(t.model.times[0] - t.started)
+            await warm.close()
+            rows.append(("start warm pool, latency 0s (ms med/p95)", ms(starts)))
             for n in args.concurrency:
                 cpu0, mem0 = cpu_sample(), mem_used_mb()
                 began = time.perf_counter()
@@ -178,18 +185,19 @@ async def run(args: argparse.Namespace) -> None:
                 busy = 100 * (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)
                 errors = sum(not r.ok for r in results)
                 rows.append(
-                    (f"throughput {n} x {args.steps}-step tasks",
-                     f"{n / took * 60:8.1f}/min cpu {busy:3.0f}% mem {mem1:6.0f}MB "
-                     f"(+{mem1 - mem0:.0f}) errors {errors}")
+                    (
+                        f"throughput {n} x {args.steps}-step tasks",
+                        f"{n / took * 60:8.1f}/min cpu {busy:3.0f}% mem {mem1:6.0f}MB "
+                        f"(+{mem1 - mem0:.0f}) errors {errors}",
+                    )
                 )
             rows.append(("idle sandbox memory (MB)", f"{await idle_memory_mb(host, labels):8.1f}"))
         finally:
             for container_id in await host.list_sandboxes(labels):
                 await host.remove_container(container_id)
     width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  value")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    lines = [f"{'measure':<{width}}  value"] + [f"{n:<{width}}  {v}" for n, v in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def main() -> None:
@@ -198,6 +206,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="LLM turns per task")
     parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.5])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--no-channel", action="store_true", help="a `docker exec` per command")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -231,7 +231,7 @@ async def write_steps(task_id: str, steps: int, interval: float) -> None:
             await events.publish(redis, event)
             await asyncio.sleep(interval)
         async with sessions.begin() as session:
-            finished = await events.record_event(session, task_id, events.FINISHED, {})
+            finished = await events.record_event(session, task_id, events.TASK_FINISHED, {})
         await events.publish(redis, finished)
         sys.stdout.write(json.dumps({"commit_ms": commit_ms}))
     finally:

@@ -18,6 +18,7 @@ command -v iptables-restore >/dev/null || need_pkgs+=(iptables)
 command -v ss >/dev/null || need_pkgs+=(iproute2)
 # Headless browser for the page's browser test (driven by Playwright; never `playwright install`).
 command -v chromium >/dev/null || need_pkgs+=(chromium)
+command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)  # the compose e2e test (tests/e2e/test_compose.py)
 if ((${#need_pkgs[@]})); then
     log "installing ${need_pkgs[*]}"
     apt-get update -qq
@@ -26,6 +27,10 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
     log "starting dockerd"
+    # A daemon killed earlier (e.g. at the end of a session) leaves its pid files behind.
+    for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+        if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then rm -f "$pidfile"; fi
+    done
     (dockerd >/var/log/dockerd.log 2>&1 &)
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
     docker info >/dev/null 2>&1 || { cat /var/log/dockerd.log; exit 1; }

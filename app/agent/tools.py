@@ -17,7 +17,7 @@ from app.agent.editor import EditHistory, run_editor
 from app.agent.types import OutputCallback, Sandbox, ToolCall, ToolSchema
 
 PROFILES = ("reference", "standard")
-FINISHED = "<<< Finished >>>"
+SUBMIT_OBSERVATION = "<<< Finished >>>"
 NO_TOOL_CALL_NUDGE = (
     "\nYou forgot to use a function call in your response.\n"
     "YOU MUST USE A FUNCTION CALL IN EACH RESPONSE.\n\n"
@@ -100,7 +100,7 @@ async def run_tool(call: ToolCall, ctx: ToolContext) -> ToolResult:
         )
         return ToolResult(text)
     if call.name == "submit":
-        return ToolResult(FINISHED, done=True)
+        return ToolResult(SUBMIT_OBSERVATION, done=True)
     return ToolResult(f"Unknown action: {call.name}")
 
 
@@ -115,7 +115,7 @@ def _decodes(raw: str) -> bool:
 def _not_an_object(call: ToolCall, profile: str) -> ToolResult:
     """Arguments that are not a JSON object: the package's odd answers, or a clear error."""
     if call.name == "submit":
-        return ToolResult(FINISHED, done=True)
+        return ToolResult(SUBMIT_OBSERVATION, done=True)
     if profile == "standard":
         if call.name not in {"execute_bash", "str_replace_editor"}:
             return ToolResult(f"Unknown action: {call.name}")

@@ -4,45 +4,37 @@ Imported by `app.episode` (through the profile's kind) and tests. Native tool
 use and extended thinking (turned on through `extra_body`, e.g.
 `{"thinking": {"type": "enabled", "budget_tokens": 4096}}`); thinking text
 becomes the step's reasoning and its blocks are sent back verbatim. Retries,
-backoff, Retry-After and the context-length recovery follow `app.llm.openai`.
+backoff, Retry-After and the context-length recovery are `app.llm.transport`'s.
 With an `on_delta` callback the answer is streamed (SSE) and its text and
 thinking arrive as deltas.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
-from app.errors import LLMError
-from app.llm.anthropic_stream import MessageAssembler, StreamError, sse_events
+from app.llm.anthropic_stream import MessageAssembler, StreamError
 from app.llm.anthropic_wire import parse_message, request_parts
-from app.llm.openai import parse_retry_after, redact_url, retry_delay
-from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
+from app.llm.sse import sse_data
+from app.llm.transport import (
+    Endpoint,
+    Failure,
+    request_timeout,
+    smaller_max_tokens,
+    transport_failure,
+    with_retries,
+)
 
 API_VERSION = "2023-06-01"
-MAX_CONNECT_TIMEOUT_S = 30.0
-EXCERPT_CHARS = 300
-ERROR_BODY_CHARS = 4000
 RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "incomplete"}
 PROTECTED_KEYS = frozenset({"model", "messages", "system", "tools", "max_tokens", "stream"})
 """Request fields extra_body cannot override: the loop and the server decide them."""
 MALFORMED = (AttributeError, KeyError, IndexError, TypeError, ValueError)
-
-
-@dataclass(frozen=True)
-class _Failure:
-    description: str
-    retryable: bool
-    status: int | None = None
-    retry_after_s: float | None = None
-    body: str = ""
 
 
 class AnthropicChatModel:
@@ -64,14 +56,14 @@ class AnthropicChatModel:
     ) -> None:
         self.url = base_url.rstrip("/") + "/messages"
         self.model = model
-        self._api_key = api_key
+        self._endpoint = Endpoint(self.url, api_key)
         self._headers = {"anthropic-version": API_VERSION}
         if api_key:
             self._headers["x-api-key"] = api_key
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._extra_body = dict(extra_body or {})
-        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, MAX_CONNECT_TIMEOUT_S))
+        self._timeout = request_timeout(timeout_s)
         self._max_retries = max_retries
         self._backoff_s = backoff_s
         self._owns_client = client is None
@@ -87,19 +79,14 @@ class AnthropicChatModel:
         body = self.build_body(messages, tools)
         if on_delta is not None:
             body["stream"] = True
-        attempts = self._max_retries + 1
-        attempt = recoveries = 0
-        while True:
-            outcome = await self._attempt(body, on_delta)
-            if isinstance(outcome, Completion):
-                return outcome
-            if recoveries < MAX_RECOVERIES and self._shrink_max_tokens(body, outcome):
-                recoveries += 1  # a context-length recovery is not a retry
-                continue
-            attempt += 1
-            if not outcome.retryable or attempt == attempts:
-                raise self._error(outcome.description, outcome.status, attempt)
-            await asyncio.sleep(retry_delay(attempt, self._backoff_s, outcome.retry_after_s))
+        completion, _ = await with_retries(
+            lambda: self._attempt(body, on_delta),
+            endpoint=self._endpoint,
+            max_retries=self._max_retries,
+            backoff_s=self._backoff_s,
+            recover=lambda failure: self._shrink_max_tokens(body, failure),
+        )
+        return completion
 
     async def aclose(self) -> None:
         """Close the HTTP client, but only one this model created itself."""
@@ -125,19 +112,16 @@ class AnthropicChatModel:
         body.update({k: v for k, v in self._extra_body.items() if k not in PROTECTED_KEYS})
         return body
 
-    def _shrink_max_tokens(self, body: dict[str, Any], failure: _Failure) -> bool:
+    def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
         """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
-        if not is_context_error(failure.status, failure.body):
-            return False
-        smaller = next_max_tokens(body.get("max_tokens"), failure.body)
-        if smaller is None:
-            return False
-        body["max_tokens"] = self._max_tokens = smaller
-        return True
+        smaller = smaller_max_tokens(body, failure)
+        if smaller is not None:
+            self._max_tokens = smaller
+        return smaller is not None
 
     async def _attempt(
         self, body: dict[str, Any], on_delta: DeltaCallback | None
-    ) -> Completion | _Failure:
+    ) -> Completion | Failure:
         """One request: the completion, or what went wrong (a protocol error is not retryable)."""
         try:
             async with self._client.stream(
@@ -145,58 +129,35 @@ class AnthropicChatModel:
             ) as response:
                 if not response.is_success:
                     await response.aread()
-                    return self._http_failure(response)
+                    return self._endpoint.http_failure(response)
                 content_type = response.headers.get("content-type", "")
                 if content_type.startswith("text/event-stream"):  # else a proxy answered JSON
                     return await self._read_stream(response, on_delta)
                 await response.aread()
                 return self._parse(response)
-        except httpx.TimeoutException as exc:
-            return _Failure(f"timed out: {type(exc).__name__}", retryable=True)
         except httpx.TransportError as exc:
-            return _Failure(f"unreachable: {exc!r}", retryable=True)
-
-    def _http_failure(self, response: httpx.Response) -> _Failure:
-        status = response.status_code
-        return _Failure(
-            f"HTTP {status}: {self._excerpt(response.text)}",
-            retryable=status == 429 or status >= 500,
-            status=status,
-            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
-            body=response.text[:ERROR_BODY_CHARS],
-        )
+            return transport_failure(exc)
 
     async def _read_stream(
         self, response: httpx.Response, on_delta: DeltaCallback | None
-    ) -> Completion | _Failure:
+    ) -> Completion | Failure:
         assembler = MessageAssembler(on_delta)
         try:
-            async for _event, data in sse_events(response.aiter_lines()):
+            async for data in sse_data(response.aiter_lines()):
                 await assembler.feed(json.loads(data))
             if not assembler.done:
                 raise StreamError("incomplete", "the stream ended before message_stop")
             return parse_message(assembler.message)
         except StreamError as exc:
             retryable = exc.kind in RETRYABLE_STREAM_ERRORS
-            return _Failure(f"stream failed: {exc}", retryable=retryable, body=str(exc))
+            return Failure(f"stream failed: {exc}", retryable=retryable, body=str(exc))
         except MALFORMED as exc:
-            return _Failure(f"malformed event stream ({exc!r})", False, response.status_code)
+            return Failure(f"malformed event stream ({exc!r})", False, response.status_code)
 
-    def _parse(self, response: httpx.Response) -> Completion | _Failure:
+    def _parse(self, response: httpx.Response) -> Completion | Failure:
         """The message in a successful answer, or a protocol failure (not retried)."""
         try:
             return parse_message(response.json())
         except MALFORMED as exc:
-            excerpt = self._excerpt(response.text)
-            return _Failure(f"malformed message ({exc!r}): {excerpt}", False, response.status_code)
-
-    def _excerpt(self, text: str) -> str:
-        """A short, key-free slice of a response body for error messages."""
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return " ".join(text.split())[:EXCERPT_CHARS] or "(empty body)"
-
-    def _error(self, description: str, status: int | None, attempts: int) -> LLMError:
-        endpoint = redact_url(self.url)
-        message = f"LLM endpoint {endpoint}: {description} (after {attempts} attempt(s))"
-        return LLMError(message, {"endpoint": endpoint, "status": status, "attempts": attempts})
+            excerpt = self._endpoint.excerpt(response.text)
+            return Failure(f"malformed message ({exc!r}): {excerpt}", False, response.status_code)

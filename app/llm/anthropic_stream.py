@@ -1,14 +1,14 @@
 """Streamed Messages API answers: Server-Sent Events put back together into one message.
 
-Imported by `app.llm.anthropic`. Text and thinking fragments are handed to the
-loop's `on_delta` as they arrive ("text" / "reasoning"); the assembled message
-has the same shape as a non-streamed answer, so one parser reads both.
+Imported by `app.llm.anthropic`, which reads the SSE lines with `app.llm.sse`.
+Text and thinking fragments are handed to the loop's `on_delta` as they arrive
+("text" / "reasoning"); the assembled message has the same shape as a
+non-streamed answer, so one parser reads both.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from app.agent.types import DeltaCallback
@@ -20,22 +20,6 @@ class StreamError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
-
-
-async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
-    """(event name, data) pairs from the lines of an event stream."""
-    event, data = "message", list[str]()
-    async for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "message", []
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip())
-    if data:
-        yield event, "\n".join(data)
 
 
 class MessageAssembler:

@@ -8,39 +8,27 @@ after that one attempt, not retried (a wrong base URL will not heal itself).
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import math
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
-from app.errors import LLMError
 from app.llm import sse
-from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
 from app.llm.tool_calls import parse_tool_calls
+from app.llm.transport import (
+    Endpoint,
+    Failure,
+    request_timeout,
+    smaller_max_tokens,
+    transport_failure,
+    with_retries,
+)
 
-MAX_BACKOFF_S = 30.0
-MAX_RETRY_AFTER_S = 60.0
-MAX_CONNECT_TIMEOUT_S = 30.0
-EXCERPT_CHARS = 300
-ERROR_BODY_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """Why one attempt failed, and whether another attempt may help."""
-
-    description: str
-    retryable: bool
-    status: int | None = None
-    retry_after_s: float | None = None
-    body: str = ""
-    """The start of the error body, for the context-length recovery."""
+# Re-exported: callers and tests have always found these here.
+from app.llm.transport import parse_retry_after as parse_retry_after
+from app.llm.transport import redact_url as redact_url
+from app.llm.transport import retry_delay as retry_delay
 
 
 class OpenAIChatModel:
@@ -63,13 +51,12 @@ class OpenAIChatModel:
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
-        self._api_key = api_key
+        self._endpoint = Endpoint(self.url, api_key)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._extra_body = dict(extra_body or {})
-        # A dead host should not hold a slot for the whole read timeout.
-        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, MAX_CONNECT_TIMEOUT_S))
+        self._timeout = request_timeout(timeout_s)
         self._max_retries = max_retries
         self._backoff_s = backoff_s
         self._owns_client = client is None
@@ -116,33 +103,25 @@ class OpenAIChatModel:
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None
     ) -> Completion:
         """POST with retries; the first 2xx answer, parsed."""
-        attempts = self._max_retries + 1
-        attempt = recoveries = 0
-        while True:
-            outcome = await self._attempt(body, on_delta)
-            if isinstance(outcome, httpx.Response):
-                return self._parse(outcome, attempt + 1)
-            if recoveries < MAX_RECOVERIES and self._shrink_max_tokens(body, outcome):
-                recoveries += 1  # a context-length recovery is not a retry
-                continue
-            attempt += 1
-            if not outcome.retryable or attempt == attempts:
-                raise self._error(outcome.description, outcome.status, attempt)
-            await asyncio.sleep(retry_delay(attempt, self._backoff_s, outcome.retry_after_s))
+        response, attempt = await with_retries(
+            lambda: self._attempt(body, on_delta),
+            endpoint=self._endpoint,
+            max_retries=self._max_retries,
+            backoff_s=self._backoff_s,
+            recover=lambda failure: self._shrink_max_tokens(body, failure),
+        )
+        return self._parse(response, attempt)
 
-    def _shrink_max_tokens(self, body: dict[str, Any], failure: _Failure) -> bool:
+    def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
         """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
-        if not is_context_error(failure.status, failure.body):
-            return False
-        smaller = next_max_tokens(body.get("max_tokens"), failure.body)
-        if smaller is None:
-            return False
-        body["max_tokens"] = self._max_tokens = smaller
-        return True
+        smaller = smaller_max_tokens(body, failure)
+        if smaller is not None:
+            self._max_tokens = smaller
+        return smaller is not None
 
     async def _attempt(
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None
-    ) -> httpx.Response | _Failure:
+    ) -> httpx.Response | Failure:
         """One request; a 2xx response, or a description of what went wrong."""
         try:
             if on_delta is not None and self._stream:
@@ -151,20 +130,9 @@ class OpenAIChatModel:
                 response = await self._client.post(
                     self.url, json=body, headers=self._headers, timeout=self._timeout
                 )
-        except httpx.TimeoutException as exc:
-            return _Failure(f"timed out: {type(exc).__name__}", retryable=True)
         except httpx.TransportError as exc:
-            return _Failure(f"unreachable: {exc!r}", retryable=True)
-        if response.is_success:
-            return response
-        status = response.status_code
-        return _Failure(
-            f"HTTP {status}: {self._excerpt(response.text)}",
-            retryable=status == 429 or status >= 500,
-            status=status,
-            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
-            body=response.text[:ERROR_BODY_CHARS],
-        )
+            return transport_failure(exc)
+        return response if response.is_success else self._endpoint.http_failure(response)
 
     async def _post_streaming(
         self, body: dict[str, Any], on_delta: DeltaCallback
@@ -202,58 +170,15 @@ class OpenAIChatModel:
         try:
             data = response.json()
         except ValueError as exc:
-            excerpt = self._excerpt(response.text)
-            raise self._error(f"answer is not JSON: {excerpt}", status, attempt) from exc
+            excerpt = self._endpoint.excerpt(response.text)
+            raise self._endpoint.error(f"answer is not JSON: {excerpt}", status, attempt) from exc
         try:
             return parse_completion(data)
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            excerpt = self._excerpt(response.text)
-            raise self._error(
+            excerpt = self._endpoint.excerpt(response.text)
+            raise self._endpoint.error(
                 f"malformed chat completion ({exc!r}): {excerpt}", status, attempt
             ) from exc
-
-    def _excerpt(self, text: str) -> str:
-        """A short, key-free slice of a response body for error messages."""
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return " ".join(text.split())[:EXCERPT_CHARS] or "(empty body)"
-
-    def _error(self, description: str, status: int | None, attempts: int) -> LLMError:
-        """The LLMError for this endpoint, naming what failed and how often it was tried."""
-        endpoint = redact_url(self.url)
-        message = f"LLM endpoint {endpoint}: {description} (after {attempts} attempt(s))"
-        details = {"endpoint": endpoint, "status": status, "attempts": attempts}
-        return LLMError(message, details)
-
-
-def retry_delay(attempt: int, backoff_s: float, retry_after_s: float | None) -> float:
-    """Seconds to wait after failed attempt N: the server's wish, else exponential backoff."""
-    if retry_after_s is not None:
-        return min(max(retry_after_s, 0.0), MAX_RETRY_AFTER_S)
-    return min(backoff_s * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def redact_url(url: str) -> str:
-    """The URL without user info or query string, safe to show in messages."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(username=None, password=None, query=None))
 
 
 def parse_completion(data: Any) -> Completion:

@@ -56,14 +56,18 @@ class ExecChannel:
         _LIVE.add(self)
 
     @classmethod
-    async def open(cls, container: DockerContainer, cap_bytes: int) -> ExecChannel | None:
+    async def open(
+        cls, container: DockerContainer, cap_bytes: int, interpreter: str = "python3"
+    ) -> ExecChannel | None:
         """Start the agent in the container; None when it does not come up."""
         stack = AsyncExitStack()
         try:
             run = await container.exec(
-                ["python3", "-c", AGENT_SOURCE], stdin=True, workdir="/", environment={}
+                [interpreter, "-c", AGENT_SOURCE], stdin=True, workdir="/", environment={}
             )
-            stream = await stack.enter_async_context(run.start(detach=False))
+            stream: Stream = run.start(detach=False)
+            await stream.__aenter__()
+            stack.push_async_callback(stream.close)
             channel = cls(stack, stream, cap_bytes)
             async with asyncio.timeout(READY_TIMEOUT_S):
                 if await channel._ready:

@@ -1,6 +1,6 @@
 """The in-sandbox end of the exec channel: runs commands sent as frames over stdin/stdout.
 
-Stdlib only, Python 3.6+: `app.sandbox.channel` reads this file's text and starts it
+Stdlib only, Python 3.7+: `app.sandbox.channel` reads this file's text and starts it
 inside the container with ONE `docker exec -i python3 -c <source>`, so it needs no
 file in the image and no writable path. Nothing in Sandhive imports it.
 
@@ -17,6 +17,8 @@ like the per-command `docker exec` path, every process carrying the command's
 SANDHIVE_EXEC_ID mark (so `setsid` children go too).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import signal
@@ -24,16 +26,17 @@ import struct
 import subprocess
 import sys
 import threading
+from typing import IO, Any
 
 HEAD = struct.Struct(">II")
 MARK = "SANDHIVE_EXEC_ID"
 CHUNK = 65536
 BASE_ENV = dict(os.environ)
 LOCK = threading.Lock()
-RUNNING = {}
+RUNNING: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
 
 
-def send(header, payload=b""):
+def send(header: dict[str, Any], payload: bytes = b"") -> None:
     """Write one frame to stdout, whole (threads share the stream)."""
     data = json.dumps(header).encode()
     view = memoryview(HEAD.pack(len(data), len(payload)) + data + payload)
@@ -42,7 +45,7 @@ def send(header, payload=b""):
             view = view[os.write(1, view) :]
 
 
-def read_exact(size):
+def read_exact(size: int) -> bytes | None:
     """Exactly size bytes from stdin, or None at EOF."""
     buf = bytearray()
     while len(buf) < size:
@@ -53,7 +56,7 @@ def read_exact(size):
     return bytes(buf)
 
 
-def pump(rid, name, pipe):
+def pump(rid: int, name: str, pipe: IO[bytes]) -> None:
     """Forward one output pipe, chunk by chunk, until its writers are gone."""
     fd = pipe.fileno()
     while True:
@@ -64,7 +67,7 @@ def pump(rid, name, pipe):
     pipe.close()
 
 
-def feed(pipe, data):
+def feed(pipe: IO[bytes], data: bytes) -> None:
     """Write the command's stdin then EOF; a command that stops reading is fine."""
     try:
         pipe.write(data)
@@ -77,7 +80,7 @@ def feed(pipe, data):
             pass
 
 
-def run(rid, req, data):
+def run(rid: int, req: dict[str, Any], data: bytes) -> None:
     """Run one command to its end and report its exit code after all its output."""
     env = dict(BASE_ENV)
     env.update(req.get("env") or {})
@@ -92,7 +95,7 @@ def run(rid, req, data):
             start_new_session=True,
         )
     except OSError as exc:  # like `docker exec`: 126 and a message when it cannot start
-        send({"id": rid, "stream": "stderr"}, ("exec failed: %s\n" % exc).encode())
+        send({"id": rid, "stream": "stderr"}, f"exec failed: {exc}\n".encode())
         send({"id": rid, "exit": 126})
         return
     RUNNING[rid] = (proc, env.get(MARK, ""))
@@ -112,15 +115,15 @@ def run(rid, req, data):
     send({"id": rid, "exit": 128 - code if code < 0 else code})
 
 
-def marked(token):
+def marked(token: str) -> list[int]:
     """Pids of processes whose environment carries MARK=token."""
-    want = ("%s=%s" % (MARK, token)).encode()
+    want = f"{MARK}={token}".encode()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/environ" % name, "rb") as f:
+            with open(f"/proc/{name}/environ", "rb") as f:
                 if want in f.read().split(b"\0"):
                     found.append(int(name))
         except OSError:
@@ -128,7 +131,7 @@ def marked(token):
     return found
 
 
-def kill(rid):
+def kill(rid: int) -> None:
     """SIGKILL the command's process group and every process with its mark, twice."""
     item = RUNNING.get(rid)
     if item is not None:
@@ -146,7 +149,7 @@ def kill(rid):
     send({"id": rid, "killed": 1})
 
 
-def main():
+def main() -> None:
     send({"ready": 1})
     while True:
         head = read_exact(HEAD.size)

@@ -21,6 +21,8 @@ INSTANCE_LABEL = "sandhive.instance"
 TASK_LABEL = "sandhive.task"
 ATTEMPT_LABEL = "sandhive.attempt"
 WORKER_LABEL = "sandhive.worker"
+POOL_LABEL = "sandhive.pool"
+"""On warm-pool sandboxes (`app.sandbox.pool`): no task label; they go when their worker dies."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Labelled:
     task_id: str
     attempt: int
     worker: str
+    pooled: bool = False
 
 
 def labels_for(instance: str, task_id: str, attempt: int, worker: str) -> dict[str, str]:
@@ -62,6 +65,7 @@ async def list_managed(
                 task_id=labels.get(TASK_LABEL, ""),
                 attempt=_int(labels.get(ATTEMPT_LABEL, "")),
                 worker=labels.get(WORKER_LABEL, ""),
+                pooled=labels.get(POOL_LABEL) == "1",
             )
         )
     return found

@@ -15,17 +15,16 @@ from datetime import timedelta
 
 from redis.asyncio import Redis
 from sqlalchemy import delete, func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.bus import cancel, keys, queue
 from app.db import models
+from app.db.engine import Sessions
 from app.errors import Conflict, NotFound
 from app.ids import utc_now
 from app.services.attempts import TaskEnd, finish_row, publish_quietly
 from app.states import FinishReason, TaskStatus, is_terminal
 
 log = logging.getLogger(__name__)
-Sessions = async_sessionmaker[AsyncSession]
 DRAIN_TTL_S = 7 * 24 * 3600
 
 

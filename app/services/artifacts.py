@@ -12,14 +12,12 @@ import io
 import zipfile
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.engine import Sessions
 from app.db.models import Artifact
 from app.errors import NotFound
 from app.schemas import ArtifactList, ArtifactOut
 from app.services.tasks import find_task, skipped_of
-
-Sessions = async_sessionmaker[AsyncSession]
 
 
 async def list_artifacts(sessions: Sessions, tenant: str, task_id: str) -> ArtifactList:

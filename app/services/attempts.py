@@ -19,16 +19,16 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
+from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
-from app.services.events import FINISHED, publish, record_event
+from app.services.events import TASK_FINISHED, publish, record_event
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
-Sessions = async_sessionmaker[AsyncSession]
 log = logging.getLogger(__name__)
 UNFINISHED = (TaskStatus.queued, TaskStatus.running)
 
@@ -191,7 +191,7 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
         "usage": usage,
         "error": task.error,
     }
-    return [await record_event(session, task.id, FINISHED, data)]
+    return [await record_event(session, task.id, TASK_FINISHED, data)]
 
 
 async def publish_quietly(redis: Redis, events: Sequence[EventOut]) -> None:

@@ -20,23 +20,22 @@ from typing import Any
 
 from redis.asyncio import Redis
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.bus import live
 from app.bus.fanout import LiveHub, Subscription
+from app.db.engine import Sessions
 from app.db.models import Event, Task
 from app.errors import NotFound
 from app.ids import utc_now
 from app.schemas import EventOut
 from app.states import TaskStatus, is_terminal
 
-FINISHED = "task.finished"
+TASK_FINISHED = "task.finished"
 KEEPALIVE = "keepalive"
 REPLAY_BATCH = 200
 PARSED_CACHE = 64
 """Live payloads parsed once per process, not once per viewer (they share one feed)."""
-
-Sessions = async_sessionmaker[AsyncSession]
 
 
 async def record_event(
@@ -69,7 +68,7 @@ def live_event(task_id: str, type_: str, data: Mapping[str, Any]) -> EventOut:
 async def publish(redis: Redis, event: EventOut) -> None:
     """Send an event to live followers; call only after its transaction committed."""
     await live.publish(redis, event.task_id, event.model_dump_json())
-    if event.type == FINISHED:
+    if event.type == TASK_FINISHED:
         await live.expire(redis, event.task_id)
 
 
@@ -126,7 +125,7 @@ async def _replay(
         for event in batch:
             last = event.seq or last
             yield StreamEvent.of(event)
-            if event.type == FINISHED:
+            if event.type == TASK_FINISHED:
                 return
         if len(batch) < REPLAY_BATCH:
             return
@@ -139,14 +138,14 @@ async def _replay_then_follow(
     async for item in _replay(sessions, task_id, after):
         last = item.event.seq or last
         yield item
-        if item.event.type == FINISHED:
+        if item.event.type == TASK_FINISHED:
             return
     while True:
         payload = await sub.next()
         for item in await _next_events(sessions, task_id, payload, last):
             last = item.event.seq or last
             yield item
-            if item.event.type == FINISHED:
+            if item.event.type == TASK_FINISHED:
                 return
         if payload is None:
             yield None

@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.engine import Sessions
 from app.db.models import ApiKey
 from app.errors import InvalidInput, NotFound
 from app.ids import utc_now
-
-Sessions = async_sessionmaker[AsyncSession]
 
 KEY_PREFIX = "shv_"
 ID_PREFIX = "key_"

@@ -18,11 +18,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.bus import queue
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from app.errors import InvalidInput, NotFound, TooLarge
 from app.ids import new_task_id, utc_now
 from app.prompt_configs import CUSTOM, resolve_prompt
@@ -51,7 +52,6 @@ from app.services.events import record_event
 from app.states import FinishReason, TaskStatus
 from app.trajectory_format import reference_trajectory
 
-Sessions = async_sessionmaker[AsyncSession]
 log = logging.getLogger(__name__)
 Problem = dict[str, Any]
 N = TypeVar("N", int, float)

@@ -29,6 +29,7 @@ from app.prompt_configs import render_prompts, stored_prompt
 from app.sandbox import reaper
 from app.sandbox.docker import DockerHost
 from app.sandbox.policy import sandbox_config
+from app.sandbox.pool import WarmPool
 from app.schemas import UsageOut
 from app.services import attempts
 from app.services.attempts import StaleAttempt, StartedAttempt, TaskEnd
@@ -47,6 +48,8 @@ class WorkerContext:
     docker: DockerHost
     name: str
     instance: str
+    pool: WarmPool | None = None
+    """This worker's warm sandboxes (`warm_pool_size` > 0)."""
 
 
 async def run_attempt(ctx: WorkerContext, running: Running) -> End:
@@ -124,6 +127,7 @@ async def _run(
             sink,
             collect_caps(ctx.settings),
             stop=running.stop,
+            pool=ctx.pool,
         )
     finally:
         await model.aclose()

@@ -28,6 +28,7 @@ from app.bus.queue import Claim
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
 from app.sandbox.docker import DockerHost
+from app.sandbox.pool import WarmPool, pool_labels
 from app.services import admin
 from app.worker import heartbeat, reaping
 from app.worker.attempt import WorkerContext, run_attempt
@@ -69,8 +70,9 @@ class Worker:
         engine = create_engine(self.settings.database_url)
         redis = Redis.from_url(self.settings.redis_url)
         try:
-            async with DockerHost() as docker:
+            async with DockerHost(exec_channel=self.settings.sandbox_exec_channel) as docker:
                 await docker.ping()
+                warm = self._warm_pool(docker)
                 ctx = WorkerContext(
                     self.settings,
                     create_sessions(engine),
@@ -78,13 +80,29 @@ class Worker:
                     docker,
                     self.name,
                     self.settings.instance_name(),
+                    pool=warm,
                 )
-                await self._serve(ctx, burst=burst)
+                try:
+                    await self._serve(ctx, burst=burst)
+                finally:
+                    if warm is not None:
+                        await warm.close()
         finally:
             with suppress(RedisError, OSError):
                 await leases.forget(redis, self.name)
             await redis.aclose()
             await engine.dispose()
+
+    def _warm_pool(self, docker: DockerHost) -> WarmPool | None:
+        """Ready sandboxes for this worker's tasks, or None when `warm_pool_size` is 0."""
+        if self.settings.warm_pool_size == 0:
+            return None
+        return WarmPool(
+            docker,
+            size=self.settings.warm_pool_size,
+            labels=pool_labels(self.settings.instance_name(), self.name),
+            max_age_s=self.settings.warm_pool_max_age_s,
+        )
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

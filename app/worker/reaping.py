@@ -33,8 +33,9 @@ async def reap(ctx: WorkerContext, mine: Collection[str]) -> list[str]:
     ]
     if not found:
         return []
-    states = await attempts.task_states(ctx.sessions, {c.task_id for c in found})
-    finished = [c for c in found if _is_over(c, states.get(c.task_id))]
+    states = await attempts.task_states(ctx.sessions, {c.task_id for c in found if not c.pooled})
+    # Warm-pool sandboxes have no task: only their worker's death dooms them.
+    finished = [c for c in found if not c.pooled and _is_over(c, states.get(c.task_id))]
     removed = await reaper.remove_all(ctx.docker, finished)
     orphans = await _without_live_worker(ctx, [c for c in found if c not in finished])
     if orphans:

@@ -53,7 +53,7 @@ async def finished_task(sessions: Sessions, redis: Redis, durable: int) -> str:
     task_id = await insert_task(sessions, status="running")
     for _ in range(durable - 1):
         await emit(sessions, redis, task_id)
-    await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+    await emit(sessions, redis, task_id, events.TASK_FINISHED, status="succeeded")
     async with sessions.begin() as session:
         (await session.get_one(Task, task_id)).status = "succeeded"
     return task_id
@@ -111,7 +111,7 @@ async def test_a_hundred_viewers_see_every_event_through_one_redis_reader(
     for n in range(20):
         await emit(sessions, redis, task_id)
         await events.publish(redis, events.live_event(task_id, "tool.output", {"chunk": f"{n}"}))
-    await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+    await emit(sessions, redis, task_id, events.TASK_FINISHED, status="succeeded")
 
     results = await asyncio.gather(*viewers)
     for messages, code, _ in results:
@@ -149,7 +149,7 @@ async def test_a_slow_viewer_is_cut_off_with_4408_and_the_others_keep_up(
         for _ in range(400):  # ~13 MB: far more than the socket buffers hold
             await events.publish(redis, events.live_event(task_id, "tool.output", {"chunk": chunk}))
         await emit(sessions, redis, task_id)
-        await emit(sessions, redis, task_id, events.FINISHED, status="succeeded")
+        await emit(sessions, redis, task_id, events.TASK_FINISHED, status="succeeded")
 
         fast_messages, fast_code, _ = await fast  # finishes while the slow one reads nothing
         assert fast_code == 1000
@@ -179,7 +179,7 @@ async def test_resuming_at_every_point_over_websocket_and_sse_agree(
     ws_all, code, _ = await read_ws(f"{server.ws_url}/v1/tasks/{task_id}/stream")
     assert code == 1000
     assert durable(ws_all) == [1, 2, 3, 4, 5, 6]
-    assert ws_all[-1]["type"] == events.FINISHED
+    assert ws_all[-1]["type"] == events.TASK_FINISHED
     for after in range(6):
         path = f"/v1/tasks/{task_id}"
         over_ws, code, _ = await read_ws(f"{server.ws_url}{path}/stream?after={after}")
@@ -212,14 +212,14 @@ async def test_live_steps_reach_a_viewer_connected_mid_task(
     await viewers_attached(server, 1)
     await emit(sessions, redis, task_id)
     await events.publish(redis, events.live_event(task_id, "llm.delta", {"text": "hi"}))
-    await emit(sessions, redis, task_id, events.FINISHED, status="failed")
+    await emit(sessions, redis, task_id, events.TASK_FINISHED, status="failed")
     messages, code, _ = await viewer
     assert code == 1000
     assert [(m["seq"], m["type"]) for m in messages] == [
         (3, "step.started"),
         (4, "step.started"),
         (None, "llm.delta"),
-        (5, events.FINISHED),
+        (5, events.TASK_FINISHED),
     ]
 
 

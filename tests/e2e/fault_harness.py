@@ -107,6 +107,15 @@ def cluster(settings: Settings, log_dir: Path) -> Iterator[Cluster]:
         running.stop_all()
 
 
+@contextmanager
+def cluster_with_api(settings: Settings, log_dir: Path) -> Iterator[tuple[Cluster, httpx.Client]]:
+    """A cluster whose API is up, and a client of it: the start of most fault tests."""
+    with cluster(settings, log_dir) as procs:
+        procs.start_api()
+        with httpx.Client(base_url=procs.base_url, timeout=10) as client:
+            yield procs, client
+
+
 def fault_settings(base: Settings, redis_url: str, **overrides: Any) -> Settings:
     """Short leases and intervals so faults show within seconds; defaults stay production-sane."""
     values: dict[str, Any] = {

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import websockets
 
 from app.config import Settings
@@ -31,17 +29,11 @@ from tests.e2e.fault_harness import (
     submit,
     wait_terminal,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
+from tests.support.private_redis import PrivateRedis
 
 STEPS = 12
 RECONNECT_CODES = {1001, 1012}
 """Going away / service restart: what a server shutting down sends (RFC 6455 and IANA)."""
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
 
 
 def long_script() -> Script:

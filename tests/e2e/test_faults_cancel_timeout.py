@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
-    cluster,
+    cluster_with_api,
     containers,
     event_types,
     fault_settings,
@@ -32,17 +30,11 @@ from tests.e2e.fault_harness import (
     wait_terminal,
     wait_until,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
+from tests.support.private_redis import PrivateRedis
 
 CANCEL_WITHIN_S = 10.0
 """"Within a few seconds" (API.md): a liveness bound, generous for a loaded 2-core machine."""
 IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
 
 
 def bash(command: str, **extra: object) -> Turn:
@@ -82,11 +74,9 @@ def test_cancel_during_llm_call_and_while_queued(
     scripted_llm.add_script("fault-cancel-queued", Script(turns=[Turn(tool="submit")]))
     config = fault_settings(settings, private_redis.url, worker_concurrency=1)
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name()) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         procs.start_worker("canceller")
         busy = submit(client, "fault-cancel-llm")
         queued = submit(client, "fault-cancel-queued")  # waits: the worker's only slot is busy
@@ -145,11 +135,7 @@ def test_cancel_during_a_long_command(
         "fault-cancel-command", Script(turns=[bash(long_command), Turn(tool="submit")])
     )
     config = fault_settings(settings, private_redis.url)
-    with (
-        cluster(config, tmp_path) as procs,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
-    ):
-        procs.start_api()
+    with cluster_with_api(config, tmp_path) as (procs, client):
         procs.start_worker("canceller")
         task_id = submit(client, "fault-cancel-command", limits={"command_timeout_s": 900})
         wait_until("the long command to run", lambda: host_processes(marker), 60)
@@ -174,11 +160,7 @@ def test_timeout_inside_a_command_that_ignores_sigterm(
     scripted_llm.add_script("fault-timeout", Script(turns=[bash(command), Turn(tool="submit")]))
     config = fault_settings(settings, private_redis.url)
     timeout_s = 8
-    with (
-        cluster(config, tmp_path) as procs,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
-    ):
-        procs.start_api()
+    with cluster_with_api(config, tmp_path) as (procs, client):
         procs.start_worker("timer")
         task_id = submit(
             client, "fault-timeout", limits={"timeout_s": timeout_s, "command_timeout_s": 900}
@@ -217,11 +199,7 @@ def test_command_timeout_kills_the_whole_tree_inside_the_sandbox(
         ),
     )
     config = fault_settings(settings, private_redis.url)
-    with (
-        cluster(config, tmp_path) as procs,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
-    ):
-        procs.start_api()
+    with cluster_with_api(config, tmp_path) as (procs, client):
         procs.start_worker("timer")
         task_id = submit(client, "fault-command-timeout", limits={"command_timeout_s": 3})
         task = wait_terminal(client, task_id, timeout_s=60)

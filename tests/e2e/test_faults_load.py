@@ -9,34 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
-    cluster,
+    cluster_with_api,
     events_by_task,
     fault_settings,
     wait_until,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
+from tests.support.private_redis import PrivateRedis
 
 TASKS = 200
 WORKERS = 2
 SLOTS = 2
 SUBMITTERS = 20
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
 
 
 async def submit_all(base_url: str, count: int) -> list[httpx.Response]:
@@ -63,11 +55,9 @@ def test_200_tasks_two_workers_all_complete_once(
         settings, private_redis.url, worker_concurrency=SLOTS, queue_max_depth=TASKS
     )
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name(), interval_s=0.5) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         responses = asyncio.run(submit_all(procs.base_url, TASKS))
         assert [r.status_code for r in responses] == [202] * TASKS
         ids = [r.json()["id"] for r in responses]

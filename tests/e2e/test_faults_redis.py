@@ -8,32 +8,24 @@ accepted while Redis was down are enqueued again by reconciliation from Postgres
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
-    cluster,
+    cluster_with_api,
     fault_settings,
     submit,
     wait_terminal,
     wait_until,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
+from tests.support.private_redis import PrivateRedis
 
 TASKS = 5
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
 
 
 def echo_script(delay_s: float) -> Script:
@@ -77,11 +69,9 @@ def test_redis_restart_without_persistence_loses_no_task(
     scripted_llm.add_script("fault-redis", echo_script(delay_s=1.0))
     config = fault_settings(settings, private_redis.url)
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name()) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         procs.start_worker("survivor")
         ids = {submit_marked(client, "fault-redis", n): n for n in range(TASKS)}
 

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
-    cluster,
+    cluster_with_api,
     containers,
     db_events,
     fault_settings,
@@ -29,13 +27,7 @@ from tests.e2e.fault_harness import (
     wait_terminal,
     wait_until,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
+from tests.support.private_redis import PrivateRedis
 
 
 def slow_script(steps: int, delay_s: float) -> Script:
@@ -69,11 +61,7 @@ def test_sigterm_lets_running_tasks_finish_and_claims_nothing_new(
 ) -> None:
     scripted_llm.add_script("fault-drain", slow_script(steps=3, delay_s=1.0))
     config = fault_settings(settings, private_redis.url, worker_shutdown_grace_s=30.0)
-    with (
-        cluster(config, tmp_path) as procs,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
-    ):
-        procs.start_api()
+    with cluster_with_api(config, tmp_path) as (procs, client):
         leaving = procs.start_worker("leaving")
         running = [submit(client, "fault-drain") for _ in range(2)]
         wait_until("both to run", lambda: statuses(client, running) == ["running"] * 2, 60)
@@ -106,11 +94,9 @@ def test_sigterm_past_the_grace_hands_tasks_back_without_losing_an_attempt(
         settings, private_redis.url, worker_shutdown_grace_s=1.0, worker_max_attempts=1
     )
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name()) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         leaving = procs.start_worker("leaving")
         ids = [submit(client, "fault-handback") for _ in range(2)]
         wait_until("a step of each", lambda: all(steps_done(config, t) for t in ids), 60)

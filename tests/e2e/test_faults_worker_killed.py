@@ -11,18 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import httpx
-import pytest
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
-    cluster,
+    cluster_with_api,
     containers,
     db_events,
     fault_settings,
@@ -30,16 +26,10 @@ from tests.e2e.fault_harness import (
     wait_terminal,
     wait_until,
 )
-from tests.support.private_redis import PrivateRedis, running_redis
+from tests.support.private_redis import PrivateRedis
 from tests.support.processes import settings_env
 
 ANSWER = "42"
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with running_redis(tmp_path) as server:
-        yield server
 
 
 def slow_script(delay_s: float) -> Script:
@@ -64,11 +54,9 @@ def test_sigkilled_worker_task_completes_as_attempt_2(
     scripted_llm.add_script("fault-kill-mid", slow_script(delay_s=1.0))
     config = fault_settings(settings, private_redis.url)
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name()) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         doomed = procs.start_worker("doomed")
         task_id = submit(client, "fault-kill-mid")
 
@@ -144,11 +132,7 @@ def test_worker_killed_between_claim_and_start(
     """A process does exactly what a worker does before starting an attempt, then dies."""
     scripted_llm.add_script("fault-kill-claimed", slow_script(delay_s=0.0))
     config = fault_settings(settings, private_redis.url)
-    with (
-        cluster(config, tmp_path) as procs,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
-    ):
-        procs.start_api()
+    with cluster_with_api(config, tmp_path) as (procs, client):
         task_id = submit(client, "fault-kill-claimed")
         claimer = subprocess.Popen(
             [sys.executable, "-c", CLAIM_AND_DIE, private_redis.url, str(config.worker_lease_s)],
@@ -189,11 +173,9 @@ def test_a_paused_worker_cannot_overwrite_the_new_attempt(
     scripted_llm.add_script("fault-pause", slow_script(delay_s=1.0))
     config = fault_settings(settings, private_redis.url)
     with (
-        cluster(config, tmp_path) as procs,
+        cluster_with_api(config, tmp_path) as (procs, client),
         ContainerWatch(config.instance_name()) as watch,
-        httpx.Client(base_url=procs.base_url, timeout=10) as client,
     ):
-        procs.start_api()
         paused = procs.start_worker("paused")
         task_id = submit(client, "fault-pause")
 

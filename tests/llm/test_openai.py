@@ -167,7 +167,7 @@ async def test_unreachable_endpoint_fails_fast(make_model: ModelFactory) -> None
             USER, TOOLS
         )
 
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # bounded: no 1200 s connect wait
     assert "unreachable" in caught.value.message
     assert "3 attempt(s)" in caught.value.message
     assert f"127.0.0.1:{port}" in caught.value.message

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 
 from app.errors import LLMError
@@ -27,6 +30,26 @@ ANTHROPIC = (
     "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, "
     "decrease input length or `max_tokens` and try again"
 )
+
+
+@asynccontextmanager
+async def scripted_model(
+    server: ScriptedLLMServer, name: str, *, max_tokens: int, max_retries: int
+) -> AsyncIterator[OpenAIChatModel]:
+    """A client of one scripted model (no key, no temperature, quick retries), closed after."""
+    model = OpenAIChatModel(
+        base_url=server.base_url,
+        api_key="",
+        model=name,
+        temperature=None,
+        max_tokens=max_tokens,
+        max_retries=max_retries,
+        backoff_s=0.01,
+    )
+    try:
+        yield model
+    finally:
+        await model.aclose()
 
 
 @pytest.mark.parametrize(
@@ -74,16 +97,7 @@ async def test_the_server_named_limit_sets_max_tokens_without_using_a_retry(
         context_error=dialect,  # type: ignore[arg-type]
     )
     name = register(llm_server, script)
-    model = OpenAIChatModel(
-        base_url=llm_server.base_url,
-        api_key="",
-        model=name,
-        temperature=None,
-        max_tokens=65536,
-        max_retries=0,
-        backoff_s=0.01,
-    )
-    try:
+    async with scripted_model(llm_server, name, max_tokens=65536, max_retries=0) as model:
         completion = await model.complete(USER, TOOLS)
         body = llm_server.last_request(name)
         assert body is not None
@@ -95,8 +109,6 @@ async def test_the_server_named_limit_sets_max_tokens_without_using_a_retry(
         history.append({"role": "tool", "tool_call_id": "call_0", "content": "ok"})
         await model.complete(history, TOOLS)  # the lowered value is kept: one request
         assert llm_server.requests[name] == 3
-    finally:
-        await model.aclose()
 
 
 async def test_an_unparsable_error_halves_max_tokens_down_to_the_floor(
@@ -105,18 +117,8 @@ async def test_an_unparsable_error_halves_max_tokens_down_to_the_floor(
     name = register(
         llm_server, Script([Turn(tool="submit")], context_window=20000, context_error="vague")
     )
-    model = OpenAIChatModel(
-        base_url=llm_server.base_url,
-        api_key="",
-        model=name,
-        temperature=None,
-        max_tokens=65536,
-        max_retries=0,
-    )
-    try:
+    async with scripted_model(llm_server, name, max_tokens=65536, max_retries=0) as model:
         await model.complete(USER, TOOLS)
-    finally:
-        await model.aclose()
     body = llm_server.last_request(name)
     assert body is not None
     assert body["max_tokens"] == 16384  # 65536 -> 32768 -> 16384
@@ -127,20 +129,9 @@ async def test_a_window_too_small_for_the_floor_fails_at_once(
     llm_server: ScriptedLLMServer,
 ) -> None:
     name = register(llm_server, Script([Turn(tool="submit")], context_window=8000))
-    model = OpenAIChatModel(
-        base_url=llm_server.base_url,
-        api_key="",
-        model=name,
-        temperature=None,
-        max_tokens=16384,
-        max_retries=3,
-        backoff_s=0.01,
-    )
-    try:
+    async with scripted_model(llm_server, name, max_tokens=16384, max_retries=3) as model:
         with pytest.raises(LLMError, match="maximum context length of 8000") as info:
             await model.complete(USER, TOOLS)
-    finally:
-        await model.aclose()
     details = info.value.details
     assert isinstance(details, dict)
     assert details["status"] == 400

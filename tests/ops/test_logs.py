@@ -42,11 +42,14 @@ async def test_each_attempt_logs_its_own_task_fields(captured: logging.Logger) -
     captured.info("not about a task")
     lines = lines_of(captured)
     by_task = {line.get("task_id"): line for line in lines}
-    assert by_task["tsk_a"]["attempt"] == 1 and by_task["tsk_a"]["tenant"] == "acme"
-    assert by_task["tsk_b"]["attempt"] == 2 and by_task["tsk_b"]["tenant"] == "globex"
+    assert by_task["tsk_a"]["attempt"] == 1
+    assert by_task["tsk_a"]["tenant"] == "acme"
+    assert by_task["tsk_b"]["attempt"] == 2
+    assert by_task["tsk_b"]["tenant"] == "globex"
     assert by_task["tsk_a"]["msg"] == "step of tsk_a"
     plain = lines[-1]
-    assert plain["msg"] == "not about a task" and "task_id" not in plain
+    assert plain["msg"] == "not about a task"
+    assert "task_id" not in plain
     assert {"ts", "level", "logger"} <= set(plain)
 
 
@@ -74,7 +77,10 @@ def test_secrets_never_reach_a_line(captured: logging.Logger, message: str, secr
 
 
 def test_text_format_scrubs_and_carries_fields() -> None:
-    record = logging.LogRecord("x", logging.INFO, __file__, 1, "url %s", ("redis://u:pw123@h/0",), None)
+    record = logging.LogRecord(
+        "x", logging.INFO, __file__, 1, "url %s", ("redis://u:pw123@h/0",), None
+    )
     logs.bind(task_id="tsk_text")
     text = logs.TextFormatter().format(record)
-    assert "pw123" not in text and "task_id=tsk_text" in text
+    assert "pw123" not in text
+    assert "task_id=tsk_text" in text

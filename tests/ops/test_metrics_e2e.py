@@ -115,18 +115,20 @@ def test_metrics_change_as_a_task_runs_and_logs_are_json(
         assert response.status_code == 202, response.text
         task_id = response.json()["id"]
         running = wait_for(
-            lambda: (m := scrape(api_metrics))
-            and value(m, "sandhive_running_sandboxes") == 1
-            and m,
+            lambda: (
+                (m := scrape(api_metrics)) and value(m, "sandhive_running_sandboxes") == 1 and m
+            ),
             "the task to run",
         )
         assert value(running, "sandhive_tasks", status="running") == 1
         live = scrape(worker_metrics)
         assert value(live, "sandhive_worker_running_sandboxes") == 1
         task = wait_for(
-            lambda: (t := client.get(f"/v1/tasks/{task_id}").json())["status"]
-            not in ("queued", "running")
-            and t,
+            lambda: (
+                (t := client.get(f"/v1/tasks/{task_id}").json())["status"]
+                not in ("queued", "running")
+                and t
+            ),
             "the task to finish",
         )
     assert task["status"] == "succeeded", service.logs()
@@ -154,7 +156,9 @@ def check_json_logs(service: Service, task_id: str) -> None:
     about = [line for line in lines if line.get("task_id") == task_id]
     assert about, worker_log
     started = [line for line in about if "started" in line["msg"]]
-    assert started and started[0]["attempt"] == 1 and started[0]["tenant"] == "default"
+    assert started
+    assert started[0]["attempt"] == 1
+    assert started[0]["tenant"] == "default"
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
     assert SECRET not in service.logs()
 

@@ -147,7 +147,7 @@ async def test_timeout_returns_partial_output_and_kills_the_process_tree(
     started = time.monotonic()
     script = 'trap "" TERM; echo started; sleep 4321 & sleep 4322; echo never'
     result = await sandbox.exec(["sh", "-c", script], timeout_s=1.0)
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 30  # liveness only: far below the 4322 s sleep
     assert result.timed_out is True
     assert result.exit_code == -1
     assert result.stdout == b"started\n"

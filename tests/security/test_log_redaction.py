@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,42 +12,16 @@ import pytest
 import websockets
 
 from app.config import Settings
+from tests.security.api_process import running_api
 from tests.security.conftest import TenantKeys
-from tests.support.processes import free_port, settings_env
-
-
-def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text(errors="replace")
-        try:
-            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"API not ready:\n{log.read_text(errors='replace')}")
 
 
 @pytest.fixture
 def api(keyed_settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """`sandhive serve` on a free port: (base URL, its log file)."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
     log = tmp_path / "api.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", str(port)],
-            env=settings_env(keyed_settings),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_ready(base_url, proc, log)
+    with running_api(keyed_settings, log) as base_url:
         yield base_url, log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 async def test_token_in_the_url_is_redacted_from_every_log_line(

@@ -88,11 +88,11 @@ async def test_steps_landing_during_the_replay_arrive_once(
         for _ in range(3):
             await emit(sessions, redis, task_id)
         rest = await collect(opened.events, 8)
-        await emit(sessions, redis, task_id, events.FINISHED)
+        await emit(sessions, redis, task_id, events.TASK_FINISHED)
         tail = await drain(opened.events)
 
     assert seqs(first + rest + tail) == list(range(1, 11))
-    assert tail[-1].type == events.FINISHED
+    assert tail[-1].type == events.TASK_FINISHED
 
 
 async def test_a_step_committed_right_after_the_replay_query_comes_live(
@@ -124,13 +124,13 @@ async def test_live_only_events_pass_between_durable_ones(
         await events.publish(redis, events.live_event(task_id, "tool.output", {"chunk": "a"}))
         await emit(sessions, redis, task_id)
         await events.publish(redis, events.live_event(task_id, "llm.delta", {"text": "b"}))
-        await emit(sessions, redis, task_id, events.FINISHED)
+        await emit(sessions, redis, task_id, events.TASK_FINISHED)
         rest = await drain(opened.events)
     assert [(e.seq, e.type) for e in rest] == [
         (None, "tool.output"),
         (2, "step.started"),
         (None, "llm.delta"),
-        (3, events.FINISHED),
+        (3, events.TASK_FINISHED),
     ]
 
 
@@ -151,9 +151,9 @@ async def test_a_lost_final_publish_is_caught_up_on_an_idle_tick(
 ) -> None:
     task_id = await insert_task(sessions, status="running")
     async with open_stream(sessions, hub, "default", task_id, after=0) as opened:
-        await emit(sessions, redis, task_id, events.FINISHED, publish=False)
+        await emit(sessions, redis, task_id, events.TASK_FINISHED, publish=False)
         got = await drain(opened.events)
-    assert [(e.seq, e.type) for e in got] == [(1, events.FINISHED)]
+    assert [(e.seq, e.type) for e in got] == [(1, events.TASK_FINISHED)]
 
 
 async def test_resuming_at_every_point_of_a_finished_task_gives_exactly_the_rest(
@@ -163,7 +163,7 @@ async def test_resuming_at_every_point_of_a_finished_task_gives_exactly_the_rest
     task_id = await insert_task(sessions, status="running")
     for _ in range(7):
         await emit(sessions, redis, task_id)
-    await emit(sessions, redis, task_id, events.FINISHED)
+    await emit(sessions, redis, task_id, events.TASK_FINISHED)
     async with sessions.begin() as session:
         (await session.get_one(Task, task_id)).status = "succeeded"
 
@@ -233,7 +233,7 @@ async def test_followers_get_durable_events_from_postgres_while_redis_is_down(
     try:
         async with open_stream(sessions, dead_hub, "default", task_id) as opened:
             await emit(sessions, dead, task_id, publish=False)
-            await emit(sessions, dead, task_id, events.FINISHED, publish=False)
+            await emit(sessions, dead, task_id, events.TASK_FINISHED, publish=False)
             got = await drain(opened.events)
     finally:
         await dead_hub.aclose()

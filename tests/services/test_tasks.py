@@ -248,7 +248,8 @@ async def test_submit_commits_the_row_before_the_message_exists(
         reader_redis = Redis.from_url(service_settings.redis_url)  # its own blocked connection
         conn = await asyncpg.connect(clean_db.replace("+asyncpg", ""))
         try:
-            reply = await reader_redis.xread({keys.TASK_STREAM: "$"}, count=1, block=5_000)
+            # From the stream's start, so a late reader still sees the message (no race).
+            reply = await reader_redis.xread({keys.TASK_STREAM: "0-0"}, count=1, block=5_000)
             task_id = reply[0][1][0][1][b"task_id"].decode()
             return await conn.fetchval("SELECT count(*) FROM tasks WHERE id = $1", task_id) == 1
         finally:
@@ -256,7 +257,7 @@ async def test_submit_commits_the_row_before_the_message_exists(
             await reader_redis.aclose()
 
     reader = asyncio.create_task(first_reader())
-    await asyncio.sleep(0.1)  # the reader is blocked on XREAD before the submit starts
+    await asyncio.sleep(0.1)  # usually blocked on XREAD by now: it reads the message at once
     await tasks.submit_task(sessions, redis, service_settings, "t", body(), None)
     assert await reader
 

@@ -1,0 +1,155 @@
+"""HTTP retry machinery shared by the model clients: failures, backoff, Retry-After, errors.
+
+Imported by `app.llm.openai` and `app.llm.anthropic`; the wire formats stay in
+their own modules. An attempt yields a result or a `Failure`; `with_retries`
+repeats it with backoff (or the server's Retry-After), lets the context-length
+recovery lower `max_tokens` without counting it as a retry, and turns the last
+failure into `LLMError`. Error texts never carry the API key or URL secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+from app.errors import LLMError
+from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
+
+MAX_BACKOFF_S = 30.0
+MAX_RETRY_AFTER_S = 60.0
+MAX_CONNECT_TIMEOUT_S = 30.0
+EXCERPT_CHARS = 300
+ERROR_BODY_CHARS = 4000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one attempt failed, and whether another attempt may help."""
+
+    description: str
+    retryable: bool
+    status: int | None = None
+    retry_after_s: float | None = None
+    body: str = ""
+    """The start of the error body, for the context-length recovery."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a client posts, and the key to keep out of every error message."""
+
+    url: str
+    api_key: str
+
+    def excerpt(self, text: str) -> str:
+        """A short, key-free slice of a response body for error messages."""
+        if self.api_key:
+            text = text.replace(self.api_key, "***")
+        return " ".join(text.split())[:EXCERPT_CHARS] or "(empty body)"
+
+    def error(self, description: str, status: int | None, attempts: int) -> LLMError:
+        """The LLMError for this endpoint, naming what failed and how often it was tried."""
+        endpoint = redact_url(self.url)
+        message = f"LLM endpoint {endpoint}: {description} (after {attempts} attempt(s))"
+        details = {"endpoint": endpoint, "status": status, "attempts": attempts}
+        return LLMError(message, details)
+
+    def http_failure(self, response: httpx.Response) -> Failure:
+        """A non-2xx answer: 429 and 5xx may heal, other statuses will not."""
+        status = response.status_code
+        return Failure(
+            f"HTTP {status}: {self.excerpt(response.text)}",
+            retryable=status == 429 or status >= 500,
+            status=status,
+            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+            body=response.text[:ERROR_BODY_CHARS],
+        )
+
+
+def request_timeout(timeout_s: float) -> httpx.Timeout:
+    """The read timeout asked for; a dead host should not hold a slot that long to connect."""
+    return httpx.Timeout(timeout_s, connect=min(timeout_s, MAX_CONNECT_TIMEOUT_S))
+
+
+def transport_failure(exc: httpx.TransportError) -> Failure:
+    """A timeout or an unreachable server: worth another attempt."""
+    if isinstance(exc, httpx.TimeoutException):
+        return Failure(f"timed out: {type(exc).__name__}", retryable=True)
+    return Failure(f"unreachable: {exc!r}", retryable=True)
+
+
+def smaller_max_tokens(body: dict[str, Any], failure: Failure) -> int | None:
+    """After a context-length error, the lower max_tokens now set in body; else None."""
+    if not is_context_error(failure.status, failure.body):
+        return None
+    smaller = next_max_tokens(body.get("max_tokens"), failure.body)
+    if smaller is not None:
+        body["max_tokens"] = smaller
+    return smaller
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T | Failure]],
+    *,
+    endpoint: Endpoint,
+    max_retries: int,
+    backoff_s: float,
+    recover: Callable[[Failure], bool],
+) -> tuple[T, int]:
+    """The first successful attempt's result and the attempt number; LLMError at last.
+
+    `recover` may fix the request after a failure (the context-length recovery);
+    when it does, the next attempt does not count toward `max_retries`.
+    """
+    attempts = max_retries + 1
+    failed = recoveries = 0
+    while True:
+        outcome = await attempt()
+        if not isinstance(outcome, Failure):
+            return outcome, failed + 1
+        if recoveries < MAX_RECOVERIES and recover(outcome):
+            recoveries += 1  # a context-length recovery is not a retry
+            continue
+        failed += 1
+        if not outcome.retryable or failed == attempts:
+            raise endpoint.error(outcome.description, outcome.status, failed)
+        await asyncio.sleep(retry_delay(failed, backoff_s, outcome.retry_after_s))
+
+
+def retry_delay(attempt: int, backoff_s: float, retry_after_s: float | None) -> float:
+    """Seconds to wait after failed attempt N: the server's wish, else exponential backoff."""
+    if retry_after_s is not None:
+        return min(max(retry_after_s, 0.0), MAX_RETRY_AFTER_S)
+    return min(backoff_s * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def redact_url(url: str) -> str:
+    """The URL without user info or query string, safe to show in messages."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None, query=None))

@@ -1,0 +1,161 @@
+"""The warm pool: started, set-up, never-used sandboxes waiting for a task of their shape.
+
+A worker keeps up to `size` ready sandboxes per sandbox shape (everything in a
+`SandboxConfig` but its labels), refilled one at a time in the background. A shape
+is learnt from the first task that asks for it (or `start`), at most `max_shapes`.
+`claim` hands one out exactly once; the caller owns it from then on and removes it
+after the task (never reused). Sandboxes older than `max_age_s` or whose exec
+channel died are removed instead of handed out.
+
+Labels cannot change after creation, so pooled containers carry the pool's labels
+(`sandhive.pool=1`, the worker, the instance) and no task: the reaper removes them
+only when their worker is dead (`app.worker.reaping`); while the worker lives, the
+episode removes a claimed one and `close` removes the rest.
+Imported by the worker pool and `app.episode`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from app.errors import SandboxError
+from app.sandbox.docker import DockerHost, DockerSandbox
+from app.sandbox.policy import SandboxConfig
+from app.sandbox.reaper import INSTANCE_LABEL, POOL_LABEL, WORKER_LABEL
+
+RETRY_PAUSE_S = 5.0
+log = logging.getLogger(__name__)
+
+
+def pool_labels(instance: str, worker: str) -> dict[str, str]:
+    """The labels of one worker's pooled sandboxes (no task: it is not known yet)."""
+    return {INSTANCE_LABEL: instance, WORKER_LABEL: worker, POOL_LABEL: "1"}
+
+
+@dataclass
+class _Warm:
+    box: DockerSandbox
+    born: float
+
+
+def shape_of(config: SandboxConfig) -> str:
+    """What two sandboxes must share to be interchangeable: all of the config but labels."""
+    rest = replace(config, labels={}, env={})
+    return repr((rest, sorted(config.env.items())))
+
+
+class WarmPool:
+    """Ready sandboxes per shape for one worker; `claim` never blocks on Docker."""
+
+    def __init__(
+        self,
+        host: DockerHost,
+        *,
+        size: int,
+        labels: Mapping[str, str],
+        max_age_s: float = 600.0,
+        max_shapes: int = 4,
+    ) -> None:
+        self._host = host
+        self._size = size
+        self._labels = {**labels, POOL_LABEL: "1"}
+        self._max_age_s = max_age_s
+        self._max_shapes = max_shapes
+        self._shapes: dict[str, SandboxConfig] = {}
+        self._ready: dict[str, list[_Warm]] = {}
+        self._wake = asyncio.Event()
+        self._filler: asyncio.Task[None] | None = None
+
+    def start(self, config: SandboxConfig) -> None:
+        """Keep sandboxes of this shape ready (the filler starts on first use)."""
+        key = shape_of(config)
+        if key not in self._shapes and len(self._shapes) < self._max_shapes:
+            self._shapes[key] = replace(config, labels=self._labels)
+            self._ready[key] = []
+        if self._filler is None and self._size > 0:
+            self._filler = asyncio.create_task(self._fill_forever())
+        self._wake.set()
+
+    def ready(self, config: SandboxConfig) -> int:
+        """How many sandboxes of this shape wait now."""
+        return len(self._ready.get(shape_of(config), []))
+
+    async def wait_ready(self, config: SandboxConfig, timeout_s: float = 60.0) -> None:
+        """Until the pool of this shape is full (benchmarks and tests)."""
+        async with asyncio.timeout(timeout_s):
+            while self.ready(config) < self._size:  # noqa: ASYNC110 - test/bench helper
+                await asyncio.sleep(0.05)
+
+    def claim(self, config: SandboxConfig) -> DockerSandbox | None:
+        """A fresh sandbox of this shape, now, or None (then the shape is learnt for next time)."""
+        key = shape_of(config)
+        self.start(config)
+        waiting = self._ready.get(key, [])
+        while waiting:
+            item = waiting.pop(0)
+            if self._usable(item):
+                self._wake.set()
+                return item.box
+            self._discard(item)
+        return None
+
+    def _usable(self, item: _Warm) -> bool:
+        young = time.monotonic() - item.born < self._max_age_s
+        return young and (item.box.uses_channel or not self._host.exec_channel)
+
+    def _discard(self, item: _Warm) -> None:
+        task = asyncio.create_task(_remove(item.box))
+        _PENDING.add(task)
+        task.add_done_callback(_PENDING.discard)
+
+    async def _fill_forever(self) -> None:
+        """Top every shape up to `size`, one sandbox at a time; sweep the stale ones."""
+        while True:
+            self._wake.clear()
+            try:
+                await self._fill_once()
+            except SandboxError as exc:
+                log.warning("warm pool could not start a sandbox: %s", exc.message)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            sweep = max(1.0, self._max_age_s / 4)
+            try:
+                async with asyncio.timeout(sweep):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _fill_once(self) -> None:
+        for key, config in list(self._shapes.items()):
+            waiting = self._ready[key]
+            for item in [w for w in waiting if not self._usable(w)]:
+                waiting.remove(item)
+                self._discard(item)
+            while len(waiting) < self._size:
+                box = await self._host.create_sandbox(config)
+                waiting.append(_Warm(box, time.monotonic()))
+
+    async def close(self) -> None:
+        """Stop refilling and remove every sandbox still waiting."""
+        if self._filler is not None:
+            self._filler.cancel()
+            await asyncio.gather(self._filler, return_exceptions=True)
+            self._filler = None
+        boxes = [item.box for items in self._ready.values() for item in items]
+        for items in self._ready.values():
+            items.clear()
+        await asyncio.gather(*(_remove(box) for box in boxes), *list(_PENDING))
+
+
+_PENDING: set[asyncio.Task[None]] = set()
+
+
+async def _remove(box: DockerSandbox) -> None:
+    try:
+        await box.remove()
+    except SandboxError:
+        log.warning("could not remove pooled sandbox %s; the reaper will", box.id[:12])

@@ -1,0 +1,94 @@
+"""The exec channel: commands go through one long-lived in-sandbox agent, not `docker exec`.
+
+The whole sandbox/agent suite (golden file included) already runs through the channel,
+since it is the default; these tests prove it is really used, that concurrent commands
+do not mix, and that the per-command `docker exec` path takes over when it is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiodocker.containers import DockerContainer
+
+from app.sandbox import DockerHost, DockerSandbox, SandboxConfig
+from app.sandbox.channel import ExecChannel
+from tests.sandbox.conftest import MakeSandbox
+
+
+async def agents_running(box: DockerSandbox) -> int:
+    """How many channel agents run in the sandbox (counted without the channel's help)."""
+    found = await box.exec(
+        ["sh", "-c", "grep -ls 'SANDHIVE_EXEC_I[D]' /proc/[0-9]*/cmdline | wc -l"]
+    )
+    return int(found.stdout)
+
+
+async def test_sandbox_commands_go_through_one_agent(sandbox: DockerSandbox) -> None:
+    assert sandbox.uses_channel
+    first = await sandbox.exec(["sh", "-c", "echo $PPID; cat /proc/$PPID/cmdline | head -c 7"])
+    second = await sandbox.exec(["sh", "-c", "echo $PPID"])
+    parent, cmdline = first.stdout.decode().split("\n", 1)
+    assert cmdline == "python3", "the command's parent is the agent"
+    assert second.stdout.decode().strip() == parent, "both ran under the same agent"
+    assert await agents_running(sandbox) == 1
+
+
+async def test_concurrent_commands_keep_their_own_output(sandbox: DockerSandbox) -> None:
+    async def run(n: int) -> tuple[int, bytes, bytes]:
+        script = (
+            f"for i in 1 2 3; do echo out{n}-$i; echo err{n}-$i >&2; sleep 0.0{n}; done; exit {n}"
+        )
+        done = await sandbox.exec(["sh", "-c", script])
+        return done.exit_code, done.stdout, done.stderr
+
+    results = await asyncio.gather(*(run(n) for n in range(1, 9)))
+    for n, (code, out, err) in enumerate(results, start=1):
+        assert code == n
+        assert out == b"".join(f"out{n}-{i}\n".encode() for i in (1, 2, 3))
+        assert err == b"".join(f"err{n}-{i}\n".encode() for i in (1, 2, 3))
+
+
+async def test_command_that_cannot_start_gets_126(sandbox: DockerSandbox) -> None:
+    done = await sandbox.exec(["no-such-program-here"])
+    assert done.exit_code == 126
+    assert b"no-such-program-here" in done.stderr
+
+
+async def test_missing_interpreter_means_no_channel(sandbox: DockerSandbox) -> None:
+    container: DockerContainer = sandbox._container  # the raw container, to start a second agent
+    assert await ExecChannel.open(container, 1024, interpreter="no-such-python") is None
+
+
+async def test_lost_agent_falls_back_to_docker_exec(sandbox: DockerSandbox) -> None:
+    killed = await asyncio.gather(
+        sandbox.exec(["sh", "-c", "kill -9 $PPID; sleep 5"]), return_exceptions=True
+    )
+    assert killed[0] is not None  # the command in flight fails or returns, it never hangs
+    for _ in range(50):
+        if not sandbox.uses_channel:
+            break
+        await asyncio.sleep(0.1)
+    assert not sandbox.uses_channel
+    done = await sandbox.exec(["sh", "-c", "echo still here"])
+    assert done.stdout == b"still here\n"
+
+
+async def test_channel_can_be_turned_off(docker_image: str, test_labels: dict[str, str]) -> None:
+    async with DockerHost(exec_channel=False) as host:
+        box = await host.create_sandbox(
+            SandboxConfig(image=docker_image, labels=test_labels, memory_mb=512)
+        )
+        try:
+            assert not box.uses_channel
+            done = await box.exec(["sh", "-c", "echo direct"])
+            assert done.stdout == b"direct\n"
+        finally:
+            await box.remove()
+
+
+async def test_removing_the_sandbox_closes_the_channel(make_sandbox: MakeSandbox) -> None:
+    box = await make_sandbox()
+    assert box.uses_channel
+    await box.remove()
+    assert not box.uses_channel

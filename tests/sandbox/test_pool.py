@@ -1,0 +1,147 @@
+"""The warm pool on the real Docker daemon: ready sandboxes, each handed out once, then gone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
+
+import pytest
+
+from app.agent.types import AgentSpec, Step
+from app.config import Settings
+from app.episode import Episode, chat_model_for, collect_caps, run_episode
+from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.sandbox import DockerHost, SandboxConfig
+from app.sandbox.pool import WarmPool, pool_labels
+from app.schemas import LLMSpec
+
+
+@pytest.fixture
+async def pooled(host: DockerHost, test_labels: dict[str, str]) -> AsyncIterator[WarmPool]:
+    labels = {**pool_labels("pooltest", "w-test"), **test_labels}
+    pool = WarmPool(host, size=2, labels=labels)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        for container_id in await host.list_sandboxes(test_labels):
+            await host.remove_container(container_id)
+
+
+def shape(docker_image: str, **overrides: object) -> SandboxConfig:
+    config = SandboxConfig(image=docker_image, labels={"sandhive.task": "tsk_x"}, memory_mb=512)
+    return replace(config, **overrides)  # type: ignore[arg-type]
+
+
+async def test_pool_fills_hands_out_each_sandbox_once_and_refills(
+    host: DockerHost, pooled: WarmPool, docker_image: str, test_labels: dict[str, str]
+) -> None:
+    config = shape(docker_image)
+    pooled.start(config)
+    await pooled.wait_ready(config)
+    assert len(await host.list_sandboxes({**test_labels, "sandhive.pool": "1"})) == 2
+    first, second = pooled.claim(config), pooled.claim(config)
+    assert first is not None
+    assert second is not None
+    assert first.id != second.id
+    assert first.uses_channel
+    done = await first.exec(["sh", "-c", "ls -d /testbed/input /testbed/output /testbed/.git"])
+    assert done.exit_code == 0, "a pooled sandbox is set up like a cold one"
+    await pooled.wait_ready(config)  # refilled in the background
+    third = pooled.claim(config)
+    assert third is not None
+    assert third.id not in (first.id, second.id)
+    for box in (first, second, third):
+        await box.remove()
+
+
+async def test_unknown_shape_is_cold_then_learnt(pooled: WarmPool, docker_image: str) -> None:
+    small = shape(docker_image, memory_mb=256)
+    assert pooled.claim(small) is None
+    await pooled.wait_ready(small)
+    assert pooled.claim(shape(docker_image, memory_mb=384)) is None, "shapes never mix"
+    box = pooled.claim(small)
+    assert box is not None
+    await box.remove()
+
+
+async def test_aged_or_dead_sandboxes_are_replaced_not_handed_out(
+    host: DockerHost, docker_image: str, test_labels: dict[str, str]
+) -> None:
+    config = shape(docker_image)
+    pool = WarmPool(host, size=1, labels=test_labels, max_age_s=1.0)
+    try:
+        pool.start(config)
+        await pool.wait_ready(config)
+        old_ids = set(await host.list_sandboxes(test_labels))
+        await asyncio.sleep(1.2)
+        fresh = pool.claim(config)
+        assert fresh is None or fresh.id not in old_ids
+        if fresh is not None:
+            await fresh.remove()
+        await pool.wait_ready(config)
+        for _ in range(50):  # the aged one is removed in the background
+            if not old_ids & set(await host.list_sandboxes(test_labels)):
+                break
+            await asyncio.sleep(0.1)
+        assert not old_ids & set(await host.list_sandboxes(test_labels))
+    finally:
+        await pool.close()
+    assert await host.list_sandboxes(test_labels) == [], "close removes what still waits"
+
+
+class NullSink:
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    async def step_started(self, index: int) -> None:
+        return None
+
+    async def step_completed(self, step: Step) -> None:
+        self.steps.append(step)
+
+    async def live(self, kind: str, data: Mapping[str, object]) -> None:
+        return None
+
+
+async def test_episode_runs_in_a_pooled_sandbox_and_removes_it(
+    host: DockerHost,
+    pooled: WarmPool,
+    docker_image: str,
+    settings: Settings,
+    scripted_llm: ScriptedLLMServer,
+    test_labels: dict[str, str],
+) -> None:
+    model_name = f"pool-{uuid.uuid4().hex[:8]}"
+    scripted_llm.add_script(
+        model_name,
+        Script(
+            [
+                Turn("execute_bash", {"command": "hostname; cat input/in.txt"}),
+                Turn("submit", {}),
+            ]
+        ),
+    )
+    config = shape(docker_image, labels=test_labels)
+    pooled.start(config)
+    await pooled.wait_ready(config)
+    waiting = set(await host.list_sandboxes({**test_labels, "sandhive.pool": "1"}))
+    spec = AgentSpec(system_prompt="s", user_prompt="u", max_steps=5)
+    episode = Episode(agent=spec, sandbox=config, inputs=[("in.txt", b"from the task\n")])
+    model = chat_model_for(
+        settings,
+        LLMSpec(profile="default", model=model_name, temperature=0.0, max_tokens_per_call=256),
+    )
+    sink = NullSink()
+    try:
+        result = await run_episode(host, model, episode, sink, collect_caps(settings), pool=pooled)
+    finally:
+        await model.aclose()
+    assert result.outcome.error is None
+    observation = sink.steps[0].observation
+    used = [cid for cid in waiting if cid[:12] in observation]
+    assert len(used) == 1, observation
+    assert "from the task" in observation, "inputs are copied in at claim time"
+    assert used[0] not in await host.list_sandboxes(test_labels), "removed after the task"
