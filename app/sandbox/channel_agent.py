@@ -34,6 +34,7 @@ CHUNK = 65536
 BASE_ENV = dict(os.environ)
 LOCK = threading.Lock()
 RUNNING: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+KILLED: set[int] = set()
 
 
 def send(header: dict[str, Any], payload: bytes = b"") -> None:
@@ -99,6 +100,8 @@ def run(rid: int, req: dict[str, Any], data: bytes) -> None:
         send({"id": rid, "exit": 126})
         return
     RUNNING[rid] = (proc, env.get(MARK, ""))
+    if rid in KILLED:  # the kill arrived while the command was starting
+        kill(rid)
     threads = [
         threading.Thread(target=pump, args=(rid, "stdout", proc.stdout)),
         threading.Thread(target=pump, args=(rid, "stderr", proc.stderr)),
@@ -133,6 +136,7 @@ def marked(token: str) -> list[int]:
 
 def kill(rid: int) -> None:
     """SIGKILL the command's process group and every process with its mark, twice."""
+    KILLED.add(rid)
     item = RUNNING.get(rid)
     if item is not None:
         proc, token = item

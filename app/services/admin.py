@@ -54,25 +54,21 @@ class TaskFigures:
 async def task_figures(sessions: Sessions) -> TaskFigures:
     """Counts for `/metrics`, straight from Postgres (the truth)."""
     async with sessions() as session:
-        by_status = dict(
+        by_status = list(
             (
                 await session.execute(
                     select(models.Task.status, func.count()).group_by(models.Task.status)
                 )
-            )
-            .tuples()
-            .all()
+            ).all()
         )
-        by_reason = dict(
+        by_reason = list(
             (
                 await session.execute(
                     select(models.Task.finish_reason, func.count())
                     .where(models.Task.status == TaskStatus.failed)
                     .group_by(models.Task.finish_reason)
                 )
-            )
-            .tuples()
-            .all()
+            ).all()
         )
         oldest = await session.scalar(
             select(func.min(models.Task.created_at)).where(models.Task.status == TaskStatus.queued)
@@ -80,8 +76,8 @@ async def task_figures(sessions: Sessions) -> TaskFigures:
         lost = await session.scalar(select(func.coalesce(func.sum(models.Task.lost_attempts), 0)))
     age = (utc_now() - oldest).total_seconds() if oldest is not None else 0.0
     return TaskFigures(
-        by_status={str(status): int(n) for status, n in by_status.items()},
-        failed_by_reason={str(reason or "unknown"): int(n) for reason, n in by_reason.items()},
+        by_status={str(row[0]): int(row[1]) for row in by_status},
+        failed_by_reason={str(row[0] or "unknown"): int(row[1]) for row in by_reason},
         oldest_queued_age_s=max(age, 0.0),
         lost_attempts=int(lost or 0),
     )

@@ -2,7 +2,8 @@
 
 Run by every worker at start and every `worker_reap_interval_s`. A sandbox
 goes when its task is finished or unknown, when a newer attempt of its task
-started, or when its worker is gone. "Gone" is checked twice, a heartbeat
+started, or when its worker is gone (a warm-pool sandbox, which has no task,
+only then). "Gone" is checked twice, a heartbeat
 period apart, so a Redis that just lost every heartbeat key (a restart without
 persistence) does not make live workers look dead. Containers without our
 labels are never listed (`app.sandbox.reaper`), so never touched.

@@ -8,7 +8,9 @@ do not mix, and that the per-command `docker exec` path takes over when it is mi
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 from aiodocker.containers import DockerContainer
 
 from app.sandbox import DockerHost, DockerSandbox, SandboxConfig
@@ -92,3 +94,21 @@ async def test_removing_the_sandbox_closes_the_channel(make_sandbox: MakeSandbox
     assert box.uses_channel
     await box.remove()
     assert not box.uses_channel
+
+
+async def test_channel_never_blocks_the_event_loop(
+    sandbox: DockerSandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio's debug mode logs every callback slower than the threshold: there is none."""
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.2  # a blocking Docker call or a sync read takes far longer
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            for _ in range(10):
+                await sandbox.exec(["sh", "-c", "echo hi"])
+            big = await sandbox.exec(["python3", "-c", "print('x' * 3000000)"], stdin=b"y" * 2**20)
+    finally:
+        loop.set_debug(False)
+    assert len(big.stdout) == 3000001
+    assert [r.getMessage() for r in caplog.records if "Executing" in r.getMessage()] == []

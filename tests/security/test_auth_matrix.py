@@ -26,10 +26,10 @@ from tests.api.live_server import live_server
 from tests.security.conftest import ADMIN_KEY, TenantKeys, bearer
 from tests.services.rows import Sessions, insert_artifact, insert_step
 
-PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
+PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 """Operations that need no key; every other one must answer 401 without a valid key."""
-PUBLIC_PATHS = {"/healthz", "/readyz", "/", "/static/{name}"}
-"""Routes outside /v1: probes and the browser page (which asks for a key itself)."""
+PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics", "/", "/static/{name}"}
+"""Routes outside /v1: probes, metrics (no tenant data) and the browser page (asks for a key)."""
 WAIT_S = 20.0
 TASK = {"prompt": "compute", "metadata": {"n": 1}}
 

@@ -44,8 +44,8 @@ def audit(info: dict[str, Any]) -> list[str]:
     labels = config.get("Labels") or {}
     if labels.get(MANAGED_LABEL) != "1":
         problems.append("no sandhive.managed label")
-    if "sandhive.task" not in labels and "sandhive.local" not in labels:
-        problems.append("no sandhive.task label")
+    if not {"sandhive.task", "sandhive.local", "sandhive.pool"} & labels.keys():
+        problems.append("no sandhive.task label")  # pooled sandboxes get their task later
     return problems
 
 
