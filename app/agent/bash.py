@@ -31,9 +31,9 @@ relay_err=$!
 bash -c "$1" >&3 2>&4 3>&- 4>&-
 rc=$?
 exec 3>&- 4>&-
-for _ in 1 2 3 4 5 6 7 8 9 10; do
+for _ in {1..100}; do
   kill -0 "$relay_out" "$relay_err" 2>/dev/null || break
-  sleep 0.05
+  sleep 0.005
 done
 kill "$relay_out" "$relay_err" 2>/dev/null
 exit "$rc"
