@@ -12,6 +12,7 @@ from collections.abc import Collection
 from redis.asyncio import Redis
 
 from app.bus import keys
+from app.bus.presence import present
 
 FLAG_TTL_S = 24 * 3600
 
@@ -22,11 +23,7 @@ async def raise_flag(redis: Redis, task_id: str) -> None:
 
 async def flagged(redis: Redis, task_ids: Collection[str]) -> set[str]:
     """The tasks among task_ids that someone asked to cancel."""
-    if not task_ids:
-        return set()
-    ordered = list(task_ids)
-    values = await redis.mget([keys.cancel_flag(task_id) for task_id in ordered])
-    return {task_id for task_id, value in zip(ordered, values, strict=True) if value is not None}
+    return await present(redis, task_ids, keys.cancel_flag)
 
 
 async def clear(redis: Redis, task_id: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from redis.asyncio import Redis
 
 from app.bus import keys
+from app.bus.presence import present
 
 # KEYS: lease. ARGV: holder, lease ms. Returns "" when taken, else the current holder.
 _ACQUIRE = """
@@ -88,11 +89,7 @@ async def release(
 
 async def held(redis: Redis, task_ids: Collection[str]) -> set[str]:
     """The tasks among task_ids whose lease someone holds now."""
-    if not task_ids:
-        return set()
-    ordered = list(task_ids)
-    values = await redis.mget([keys.task_lease(task_id) for task_id in ordered])
-    return {task_id for task_id, value in zip(ordered, values, strict=True) if value is not None}
+    return await present(redis, task_ids, keys.task_lease)
 
 
 async def beat(redis: Redis, worker: str, ttl_ms: int, info: Mapping[str, object]) -> None:
@@ -102,11 +99,7 @@ async def beat(redis: Redis, worker: str, ttl_ms: int, info: Mapping[str, object
 
 async def alive(redis: Redis, workers: Collection[str]) -> set[str]:
     """The workers among `workers` whose heartbeat has not expired."""
-    if not workers:
-        return set()
-    ordered = list(workers)
-    values = await redis.mget([keys.worker_heartbeat(name) for name in ordered])
-    return {name for name, value in zip(ordered, values, strict=True) if value is not None}
+    return await present(redis, workers, keys.worker_heartbeat)
 
 
 async def forget(redis: Redis, worker: str) -> None:
