@@ -71,6 +71,7 @@ def worker(
     concurrency: Annotated[int | None, typer.Option(help="Parallel tasks (slots).")] = None,
 ) -> None:
     """Run a worker: take tasks from Redis and run each in its own sandbox."""
+    from app.worker.health import Readiness
     from app.worker.pool import Worker
 
     settings = Settings()
@@ -79,11 +80,12 @@ def worker(
     from app import logs, metrics
 
     logs.setup(settings.log_format, settings.log_level)
-    if settings.worker_metrics_port:
-        metrics.serve(settings.worker_metrics_port)
+    readiness = Readiness()
+    if settings.worker_metrics_port:  # /metrics, /healthz and /readyz
+        metrics.serve(settings.worker_metrics_port, readiness=readiness.report)
 
     async def _main() -> None:
-        pool = Worker(settings)
+        pool = Worker(settings, readiness)
         pool.install_signal_handlers()
         await pool.run(burst=burst)
 
@@ -119,6 +121,9 @@ def run(
     temperature: Annotated[float, typer.Option(min=0, max=2)] = 1.0,
     max_tokens_per_call: Annotated[int, typer.Option(min=1)] = 8192,
     tools_profile: Annotated[str, typer.Option(help="standard or reference.")] = "standard",
+    shell: Annotated[
+        str, typer.Option(help="fresh (a new shell per command) or persistent (standard only).")
+    ] = "fresh",
     prompt_config: Annotated[
         str, typer.Option(help="A prompt config name, or a YAML file in the package's format.")
     ] = "general",
@@ -139,6 +144,8 @@ def run(
     settings = Settings()
     if tools_profile not in ("standard", "reference"):
         raise typer.BadParameter("tools profile must be standard or reference")
+    if shell != "fresh" and (shell, tools_profile) != ("persistent", "standard"):
+        raise typer.BadParameter("shell must be fresh, or persistent with the standard profile")
     profile = _run_profile(settings, llm_profile, base_url, api_key)
     name = model or profile.model
     if not profile.base_url or not name:
@@ -157,6 +164,7 @@ def run(
         prompt=prompt,
         max_steps=max_steps,
         tools_profile=tools_profile,
+        shell=shell,
         output_root=output_dir,
         inputs=_read_inputs(input_dir),
         prompt_config=_run_prompt(settings, prompt_config),

@@ -179,6 +179,8 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
     """Port of the worker's own Prometheus `/metrics` (histograms, counters); 0: not served."""
+    worker_ready_check_s: float = Field(default=10.0, gt=0)
+    """How often a worker checks Postgres, Redis and Docker for its `/readyz` (metrics port)."""
     task_retention_days: float = Field(default=30.0, gt=0)
     """`sandhive admin prune` deletes tasks finished longer ago than this (with everything)."""
     artifact_retention_days: float = Field(default=7.0, gt=0)

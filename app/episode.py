@@ -14,6 +14,9 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import httpx
+
+from app import metrics
 from app.agent.loop import run_agent
 from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
 from app.config import Settings
@@ -87,8 +90,13 @@ def sandbox_caps(settings: Settings) -> SandboxCaps:
     )
 
 
-def chat_model_for(settings: Settings, llm: LLMSpec) -> HTTPChatModel:
-    """The model client for a task's resolved LLM spec: the profile's kind, URL and key."""
+def chat_model_for(
+    settings: Settings, llm: LLMSpec, client: httpx.AsyncClient | None = None
+) -> HTTPChatModel:
+    """The model client for a task's resolved LLM spec: the profile's kind, URL and key.
+
+    `client`: the process's shared HTTP client, if it has one (the worker does).
+    """
     profile = settings.llm_profiles().get(llm.profile)
     if profile is None:
         raise InvalidInput(f"unknown LLM profile {llm.profile!r}")
@@ -101,6 +109,7 @@ def chat_model_for(settings: Settings, llm: LLMSpec) -> HTTPChatModel:
         timeout_s=settings.llm_timeout_s,
         max_retries=settings.llm_max_retries,
         backoff_s=settings.llm_retry_backoff_s,
+        client=client,
     )
 
 
@@ -120,16 +129,20 @@ async def run_episode(
     so partial output is kept). Setting `stop` ends the loop at once (a cancel);
     the output so far is still collected. With a warm `pool`, a ready sandbox of the
     same shape is used when there is one (it is removed afterwards all the same).
+    The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
     """
     box: DockerSandbox | None = None
     result = EpisodeResult(outcome=Outcome(finish_reason=FinishReason.sandbox_error))
     deadline = _Deadline(episode.agent.timeout_s)
     try:
         async with asyncio.timeout(deadline.left()):
+            asked = time.monotonic()
             box = pool.claim(episode.sandbox) if pool is not None else None
+            warm = box is not None
             box = box or await host.create_sandbox(episode.sandbox)
             if episode.inputs:
                 await box.put_files(episode.input_dir, episode.inputs)
+            metrics.observe_sandbox_start(time.monotonic() - asked, warm=warm)
         agent = replace(episode.agent, timeout_s=deadline.left())
         result.outcome = await _run_until_stopped(run_agent(agent, box, model, sink), stop)
         async with asyncio.timeout(deadline.left(at_least=COLLECT_GRACE_S)):

@@ -36,6 +36,7 @@ class LocalRun:
     command_timeout_s: int = 120
     max_context_tokens: int = 65536
     tools_profile: str = "standard"
+    shell: str = "fresh"
     output_root: Path = Path("output")
     inputs: Sequence[tuple[str, bytes]] = ()
     prompt_config: PromptSpec | None = None
@@ -52,7 +53,7 @@ class TerminalSink:
     async def step_started(self, index: int) -> None:
         self.console.rule(f"step {index}")
 
-    async def step_completed(self, step: Step) -> None:
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         # Text() rather than a str: model and tool output are not Rich markup.
         if step.reasoning:
             self._panel(step.reasoning[:2000], "reasoning", "dim")
@@ -62,6 +63,8 @@ class TerminalSink:
             args = json.dumps(step.action.arguments, ensure_ascii=False)[:300]
             self._panel(args, f"action: {step.action.tool}", "cyan")
         self._panel(step.observation[:800], "observation", "green")
+        if next_index is not None:
+            await self.step_started(next_index)
 
     def _panel(self, text: str, title: str, style: str) -> None:
         self.console.print(Panel(Text(text), title=Text(title), style=style))
@@ -86,6 +89,7 @@ async def run_local(
             command_timeout_s=run.command_timeout_s,
             max_context_tokens=run.max_context_tokens,
             tools_profile=run.tools_profile,
+            tools_shell=run.shell,
             workdir=workdir,
             answer_all_tool_calls=run.answer_all_tool_calls,
         ),

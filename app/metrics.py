@@ -1,15 +1,28 @@
 """The worker's Prometheus metrics: step, LLM and command latency, tokens, attempts, sandboxes.
 
 They live in this process (one registry, `REGISTRY`) and are served by the
-worker itself on `SANDHIVE_WORKER_METRICS_PORT` (`serve`). Cluster-wide figures
+worker itself on `SANDHIVE_WORKER_METRICS_PORT` (`serve`, with its /healthz and
+/readyz). Cluster-wide figures
 (tasks by status, queue depth and age, workers) are computed by the API's
 `/metrics` from Postgres and Redis at scrape time (`app.api.metrics`).
-Imported by app.worker and app.cli; imports nothing of Sandhive.
+Imported by app.worker, app.cli and app.episode (the sandbox start time; under
+`sandhive run` it is recorded and never served); imports nothing of Sandhive.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
+    from wsgiref.types import WSGIApplication as WSGIApp
 
 REGISTRY = CollectorRegistry()
 _LATENCY = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -43,6 +56,24 @@ RUNNING = Gauge(
     "sandhive_worker_running_sandboxes", "Attempts (sandboxes) running now.", registry=REGISTRY
 )
 SLOTS = Gauge("sandhive_worker_slots", "Attempts this worker may run at once.", registry=REGISTRY)
+SANDBOX_START_SECONDS = Histogram(
+    "sandhive_worker_sandbox_start_seconds",
+    "From asking for a sandbox to it being ready for the first command (inputs copied in),"
+    " by source: warm (claimed from the warm pool) or cold (created for the task).",
+    ["source"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60),
+    registry=REGISTRY,
+)
+LIVE_EVENTS_DROPPED = Counter(
+    "sandhive_live_events_dropped",
+    "Live-only events that never reached followers, by reason (publish_failed here; the"
+    " API's /metrics adds slow_client for viewers cut off by their full buffer).",
+    ["reason"],
+    registry=REGISTRY,
+)
+for _source in ("warm", "cold"):  # every series shows from the first scrape, at 0
+    SANDBOX_START_SECONDS.labels(_source)
+LIVE_EVENTS_DROPPED.labels("publish_failed")
 
 
 def observe_step(llm_ms: int, tool_ms: int, prompt_tokens: int, completion_tokens: int) -> None:
@@ -55,6 +86,53 @@ def observe_step(llm_ms: int, tool_ms: int, prompt_tokens: int, completion_token
     TOKENS.labels("completion").inc(completion_tokens)
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:  # scraped from outside the host/container
-    """Serve REGISTRY at http://addr:port/metrics from a daemon thread."""
-    start_http_server(port, addr=addr, registry=REGISTRY)
+def observe_sandbox_start(seconds: float, *, warm: bool) -> None:
+    """Record how long one task waited for its sandbox."""
+    SANDBOX_START_SECONDS.labels("warm" if warm else "cold").observe(seconds)
+
+
+def serve(
+    port: int,
+    addr: str = "0.0.0.0",  # scraped from outside the host/container
+    readiness: Callable[[], Mapping[str, str]] | None = None,
+) -> None:
+    """Serve REGISTRY at http://addr:port/metrics, plus /healthz and /readyz, from threads.
+
+    `readiness` returns the latest result of each backend check ("ok" or why not);
+    it must not block: the checks themselves run on the worker's event loop and
+    this thread only reads what they found (`app.worker.health`).
+    """
+    app = _routes(make_wsgi_app(REGISTRY), readiness)
+    server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+
+
+def _routes(metrics_app: WSGIApp, readiness: Callable[[], Mapping[str, str]] | None) -> WSGIApp:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            return _json(start_response, 200, {"status": "ok"})
+        if path == "/readyz":
+            checks = dict(readiness()) if readiness is not None else {}
+            ready = all(state == "ok" for state in checks.values())
+            body = {"status": "ok" if ready else "not_ready", **checks}
+            return _json(start_response, 200 if ready else 503, body)
+        return metrics_app(environ, start_response)
+
+    return app
+
+
+def _json(start_response: StartResponse, code: int, body: Mapping[str, str]) -> list[bytes]:
+    data = json.dumps(body).encode()
+    status = "200 OK" if code == 200 else f"{code} Service Unavailable"
+    start_response(
+        status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+    )
+    return [data]
+
+
+class _Quiet(WSGIRequestHandler):
+    """No access log line per scrape or probe."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return

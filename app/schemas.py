@@ -9,7 +9,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from app.states import FinishReason, TaskStatus
 
@@ -140,6 +148,15 @@ class ToolsOptions(_Strict):
     answer_all_tool_calls: bool | None = None
     """Reply "not run" to every tool call after the first of a turn (strict APIs need it).
     None: the server default, else on for `standard` and off for `reference`."""
+    shell: Literal["fresh", "persistent"] = "fresh"
+    """execute_bash: a fresh shell per call, or (standard only) one shell kept for the task."""
+
+    @field_validator("shell")
+    @classmethod
+    def _shell_fits_profile(cls, shell: str, info: ValidationInfo) -> str:
+        if shell == "persistent" and info.data.get("profile") == "reference":
+            raise ValueError("the reference profile runs a fresh shell per call")
+        return shell
 
 
 class InputFile(_Strict):

@@ -75,7 +75,7 @@ class NullSink:
     async def step_started(self, index: int) -> None:
         return None
 
-    async def step_completed(self, step: Step) -> None:
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         return None
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
@@ -147,7 +147,8 @@ async def idle_memory_mb(host: DockerHost, labels: Mapping[str, str]) -> float:
 
 
 async def run(args: argparse.Namespace) -> None:
-    labels = {"sandhive.bench": uuid.uuid4().hex}
+    # A task label, as every sandbox has: test sessions running meanwhile audit all of them.
+    labels = {"sandhive.bench": uuid.uuid4().hex, "sandhive.task": "bench"}
     rows: list[tuple[str, str]] = []
     async with DockerHost(exec_channel=not args.no_channel) as host:
         try:

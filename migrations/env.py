@@ -11,7 +11,7 @@ import logging
 from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -19,6 +19,8 @@ from app.config import Settings
 from app.db.models import Base
 
 config = context.config
+MIGRATE_LOCK = 0x5A_4E_D1_0E_0001
+"""Postgres advisory lock key held while migrating (any fixed bigint, unique to Sandhive)."""
 target_metadata = Base.metadata
 
 # Configure logging only when nobody has yet (the alembic CLI); tests and the
@@ -46,8 +48,16 @@ def run_migrations_offline() -> None:
 
 
 def do_run_migrations(connection: Connection) -> None:
+    """Migrate under a transaction-scoped advisory lock.
+
+    Several replicas may run `sandhive migrate` at once (every host's entrypoint,
+    compose's one-shot service): the first migrates, the others wait for its
+    commit, then find the schema at head and do nothing, instead of racing to
+    create `alembic_version` and the tables.
+    """
     context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
     with context.begin_transaction():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK})
         context.run_migrations()
 
 

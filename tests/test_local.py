@@ -57,3 +57,16 @@ def test_output_paths_cannot_escape_the_files_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "escape.txt").exists()
     assert not (tmp_path / "runs" / "escape.txt").exists()
     assert (folder / "files" / "ok" / "a.txt").read_bytes() == b"a"
+
+
+def test_run_refuses_a_persistent_shell_with_the_reference_profile() -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    args = ["run", "--prompt", "p", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    done = CliRunner().invoke(cli, [*args, "--tools-profile", "reference", "--shell", "persistent"])
+    assert done.exit_code == 2
+    assert "persistent with the standard profile" in done.output
+    odd = CliRunner().invoke(cli, [*args, "--shell", "sticky"])
+    assert odd.exit_code == 2

@@ -1,10 +1,12 @@
-"""The `execute_bash` tool: one fresh shell per call, output shaped like the reference.
+"""The `execute_bash` tool: a fresh shell per call (or a persistent one), shaped like the reference.
 
 Imported only by `app.agent.tools`. `reference` runs the package's exact command
 line (`timeout T bash -c <quoted>`) and reproduces its observation byte for byte;
 `standard` keeps the layout but keeps partial output on timeout, caps bytes as
 well as lines, and returns as soon as the command ends even if a background job
 still holds its output (that job gets SIGPIPE on its next write instead).
+`standard` with shell "persistent" runs every call in one bash kept for the task,
+so `cd`, variables and functions carry over.
 On timeout the sandbox driver SIGKILLs every process the call started.
 """
 
@@ -14,30 +16,19 @@ import shlex
 from dataclasses import dataclass
 
 from app.agent.truncate import cap_bytes, clean, truncate_lines
-from app.agent.types import OutputCallback, Sandbox
+from app.agent.types import ExecResult, OutputCallback, Sandbox
 
 NO_COMMAND = "Error: No command provided."
 REFERENCE_GRACE_S = 1.0
 """The package's `timeout` only sends SIGTERM; past T + this the driver SIGKILLs the call."""
-
-# Run the command with its stdout/stderr going through two `cat` relays we own, so
-# that when the command exits we can stop relaying even if a background child
-# still holds the pipes (otherwise the exec would only end when that child does).
-STANDARD_WRAPPER = """
-exec 3> >(exec cat)
-relay_out=$!
-exec 4> >(exec cat >&2 3>&-)
-relay_err=$!
-bash -c "$1" >&3 2>&4 3>&- 4>&-
-rc=$?
-exec 3>&- 4>&-
-for _ in {1..100}; do
-  kill -0 "$relay_out" "$relay_err" 2>/dev/null || break
-  sleep 0.005
-done
-kill "$relay_out" "$relay_err" 2>/dev/null
-exit "$rc"
-"""
+LINGER_S = 0.5
+"""`standard`: output a background job prints this soon after the command ends still counts."""
+SHELLS = ("fresh", "persistent")
+NO_SESSION = (
+    "Error: this sandbox cannot keep a persistent shell (its in-sandbox command runner "
+    "is not available), so the command was not run."
+)
+SESSION_ENDED = "(The shell session ended; the next command starts a new shell in {workdir}.)"
 
 
 @dataclass(frozen=True)
@@ -71,13 +62,37 @@ async def run_bash(
     workdir: str,
     timeout_s: int,
     on_output: OutputCallback | None = None,
+    session: str | None = None,
 ) -> BashOutcome:
-    """Run one command in a fresh shell and describe the result for the model."""
+    """Run one command and describe the result for the model.
+
+    session: `standard` only, run it in that persistent shell instead of a fresh one.
+    """
     if not command:
         return BashOutcome(NO_COMMAND, None)
     if profile == "reference":
         return await _run_reference(box, command, workdir, timeout_s, on_output)
-    return await _run_standard(box, command, workdir, timeout_s, on_output)
+    if session is None:
+        result = await box.exec(
+            ["bash", "-c", command],
+            workdir=workdir,
+            timeout_s=timeout_s,
+            on_output=on_output,
+            linger_s=LINGER_S,
+        )
+    else:
+        found = await box.shell(
+            session,
+            command,
+            workdir=workdir,
+            timeout_s=timeout_s,
+            on_output=on_output,
+            linger_s=LINGER_S,
+        )
+        if found is None:
+            return BashOutcome(NO_SESSION, None)
+        result = found
+    return _standard_outcome(result, workdir, timeout_s)
 
 
 async def _run_reference(
@@ -97,17 +112,15 @@ async def _run_reference(
     )
 
 
-async def _run_standard(
-    box: Sandbox, command: str, workdir: str, timeout_s: int, on_output: OutputCallback | None
-) -> BashOutcome:
-    argv = ["bash", "-c", STANDARD_WRAPPER, "bash", command]
-    result = await box.exec(argv, workdir=workdir, timeout_s=timeout_s, on_output=on_output)
+def _standard_outcome(result: ExecResult, workdir: str, timeout_s: int) -> BashOutcome:
     stdout = cap_bytes(truncate_lines(clean(result.stdout)))
     stderr = cap_bytes(truncate_lines(clean(result.stderr)))
-    if result.timed_out:
+    notes = [timeout_message(timeout_s)] if result.timed_out else []
+    if result.session_ended:
+        notes.append(SESSION_ENDED.format(workdir=workdir))
+    if notes:
         separator = "\n" if stdout and not stdout.endswith("\n") else ""
-        stdout = f"{stdout}{separator}{timeout_message(timeout_s)}"
-        return BashOutcome(format_output("-1", stdout, stderr), -1)
-    return BashOutcome(
-        format_output(exit_code_text(result.exit_code), stdout, stderr), result.exit_code
-    )
+        stdout = separator.join([stdout, "\n".join(notes)])
+    code = -1 if result.timed_out else result.exit_code
+    text = "-1" if result.timed_out else exit_code_text(code)
+    return BashOutcome(format_output(text, stdout, stderr), code)

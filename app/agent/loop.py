@@ -81,36 +81,48 @@ async def _loop(
         {"role": "system", "content": spec.system_prompt},
         {"role": "user", "content": spec.user_prompt},
     ]
-    tools = tool_schemas(spec.tools_profile)
+    tools = tool_schemas(spec.tools_profile, spec.tools_shell)
     ctx = ToolContext(
         box=box,
         profile=spec.tools_profile,
+        shell=spec.tools_shell,
         workdir=spec.workdir,
         command_timeout_s=spec.command_timeout_s,
         on_output=None,
     )
-    for index in range(spec.max_steps):
-        messages[-1]["content"] = (
-            f"{messages[-1]['content']}\nSteps Remaining: {spec.max_steps - index}"
-        )
-        if estimate_tokens(messages) > spec.max_context_tokens:
-            limit = spec.max_context_tokens
-            _finish(outcome, FinishReason.context_limit, f"conversation exceeds {limit} tokens")
-            return
-        await sink.step_started(index)
+    answer_all = answers_all_calls(spec)
+    if spec.max_steps < 1 or not _next_prompt_fits(spec, messages, 0, outcome):
+        return
+    await sink.step_started(0)
+    index = 0
+    while True:
         step = await _step(
-            index,
-            messages,
-            tools,
-            ctx,
-            model,
-            outcome,
-            answer_all=answers_all_calls(spec),
-            sink=sink,
+            index, messages, tools, ctx, model, outcome, answer_all=answer_all, sink=sink
         )
-        await sink.step_completed(step)
-        if outcome.finish_reason is FinishReason.submitted:
+        # Decided before the step is reported, so the sink can announce the next one with it.
+        going_on = (
+            outcome.finish_reason is not FinishReason.submitted
+            and index + 1 < spec.max_steps
+            and _next_prompt_fits(spec, messages, index + 1, outcome)
+        )
+        await sink.step_completed(step, index + 1 if going_on else None)
+        if not going_on:
             return
+        index += 1
+
+
+def _next_prompt_fits(
+    spec: AgentSpec, messages: list[Message], index: int, outcome: Outcome
+) -> bool:
+    """Mark the newest message with the steps left; False (run ends) when over the budget."""
+    messages[-1]["content"] = (
+        f"{messages[-1]['content']}\nSteps Remaining: {spec.max_steps - index}"
+    )
+    if estimate_tokens(messages) > spec.max_context_tokens:
+        limit = spec.max_context_tokens
+        _finish(outcome, FinishReason.context_limit, f"conversation exceeds {limit} tokens")
+        return False
+    return True
 
 
 async def _step(

@@ -9,10 +9,11 @@ Build one `ToolContext` per task and reuse it: it carries the undo history.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.agent.bash import run_bash
+from app.agent.bash import SHELLS, run_bash
 from app.agent.editor import EditHistory, run_editor
 from app.agent.types import OutputCallback, Sandbox, ToolCall, ToolSchema
 
@@ -49,17 +50,30 @@ class ToolContext:
     on_output: OutputCallback | None = None
     edits: EditHistory = field(default_factory=EditHistory, compare=False)
     """Standard profile's undo stacks; lives as long as this context (one task)."""
+    shell: str = "fresh"
+    """execute_bash: a "fresh" shell per call, or one "persistent" shell (standard only)."""
+    session: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
+    """This context's persistent shell, when it has one."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"unknown tools profile {self.profile!r}; expected one of {PROFILES}")
+        check_shell(self.profile, self.shell)
 
 
-def tool_schemas(profile: str) -> list[ToolSchema]:
+def check_shell(profile: str, shell: str) -> None:
+    if shell not in SHELLS:
+        raise ValueError(f"unknown shell {shell!r}; expected one of {SHELLS}")
+    if shell == "persistent" and profile == "reference":
+        raise ValueError("the reference profile runs a fresh shell per call, not a persistent one")
+
+
+def tool_schemas(profile: str, shell: str = "fresh") -> list[ToolSchema]:
     """The three tools in OpenAI function-calling form, in the package's order."""
     if profile not in PROFILES:
         raise ValueError(f"unknown tools profile {profile!r}; expected one of {PROFILES}")
-    return [_editor_schema(profile), _bash_schema(), _submit_schema()]
+    check_shell(profile, shell)
+    return [_editor_schema(profile), _bash_schema(shell), _submit_schema()]
 
 
 def is_no_call(call: ToolCall, profile: str) -> bool:
@@ -87,6 +101,7 @@ async def run_tool(call: ToolCall, ctx: ToolContext) -> ToolResult:
             workdir=ctx.workdir,
             timeout_s=ctx.command_timeout_s,
             on_output=ctx.on_output,
+            session=ctx.session if ctx.shell == "persistent" else None,
         )
         return ToolResult(outcome.observation, outcome.exit_code)
     if call.name == "str_replace_editor":
@@ -203,9 +218,20 @@ their output sent to a file (`nohup cmd > log.txt 2>&1 &`) and check on them lat
 * Long output keeps only its first and last 40 lines."""
 
 
-def _bash_schema() -> ToolSchema:
+BASH_PERSISTENT_DESCRIPTION = """Run a bash command in the sandbox; returns its exit code, stdout \
+and stderr.
+* All calls run in one shell session, started in the working directory: `cd`, variables, \
+functions and activated environments carry over to the next call. Exiting the shell starts a \
+new one.
+* A command that runs past the time limit is stopped; start long jobs in the background with \
+their output sent to a file (`nohup cmd > log.txt 2>&1 &`) and check on them later.
+* Long output keeps only its first and last 40 lines."""
+
+
+def _bash_schema(shell: str) -> ToolSchema:
     properties = {"command": {"type": "string", "description": "The bash command to run."}}
-    return _function("execute_bash", BASH_DESCRIPTION, properties, ["command"])
+    description = BASH_PERSISTENT_DESCRIPTION if shell == "persistent" else BASH_DESCRIPTION
+    return _function("execute_bash", description, properties, ["command"])
 
 
 def _submit_schema() -> ToolSchema:

@@ -32,6 +32,9 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
+    session_ended: bool = False
+    """`Sandbox.shell` only: the session's shell is gone (the command exited it, or a
+    timeout could not spare it); the next command starts a fresh one."""
 
 
 class Sandbox(Protocol):
@@ -46,8 +49,28 @@ class Sandbox(Protocol):
         stdin: bytes | None = None,
         timeout_s: float | None = None,
         on_output: OutputCallback | None = None,
+        linger_s: float | None = None,
     ) -> ExecResult:
-        """Run argv to completion; stdout and stderr kept apart. Raises SandboxError."""
+        """Run argv to completion; stdout and stderr kept apart. Raises SandboxError.
+
+        linger_s: return this long after argv's own process exited even if a background
+        child still holds stdout/stderr (that child gets SIGPIPE on its next write);
+        None: collect until every writer has closed them.
+        """
+        ...
+
+    async def shell(
+        self,
+        session: str,
+        command: str,
+        *,
+        workdir: str,
+        timeout_s: float | None = None,
+        on_output: OutputCallback | None = None,
+        linger_s: float | None = None,
+    ) -> ExecResult | None:
+        """Run a bash command line in a persistent shell named session (cd, variables
+        and functions carry over); None when this sandbox cannot keep one."""
         ...
 
 
@@ -115,9 +138,17 @@ class Step:
 class EventSink(Protocol):
     """Where the loop reports progress: Postgres + Redis in the worker, a terminal locally."""
 
-    async def step_started(self, index: int) -> None: ...
+    async def step_started(self, index: int) -> None:
+        """The first step begins (later ones are announced by `step_completed`)."""
+        ...
 
-    async def step_completed(self, step: Step) -> None: ...
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
+        """A step ended; `next_index` is the step that begins right away, None if the loop stops.
+
+        Telling both at once lets the worker store a step and announce the next one
+        in a single transaction (one per step on the hot path).
+        """
+        ...
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         """A live-only event (`llm.delta`, `tool.output`): may be dropped."""
@@ -135,6 +166,8 @@ class AgentSpec:
     command_timeout_s: int = 120
     max_context_tokens: int = 65536
     tools_profile: str = "standard"
+    tools_shell: str = "fresh"
+    """execute_bash: "fresh" shell per call, or one "persistent" shell per task (standard)."""
     workdir: str = "/testbed"
     answer_all_tool_calls: bool | None = None
     """Answer every tool-call id of a turn (only the first is run) so strict APIs accept the

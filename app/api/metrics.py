@@ -3,7 +3,8 @@
 From Postgres: tasks by status, failed tasks by finish reason, the oldest
 queued task's age, lost (reclaimed) attempts. From Redis: the task stream's
 length, live workers with their slots and busy slots. From this API process:
-stream viewers (WebSocket and SSE clients) and live feeds. Per-step
+stream viewers (WebSocket and SSE clients), live feeds, and the slow viewers
+cut off with the live events they never got (`LiveHub.losses`). Per-step
 histograms (step, LLM and command latency, tokens) are the worker's own, on
 `SANDHIVE_WORKER_METRICS_PORT` (`app.metrics`). Unauthenticated, like
 `/healthz`: keep it off the public listener (it names no tenant or task).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app.api.deps import Res
@@ -32,7 +33,7 @@ async def metrics(request: Request, res: Res) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-async def _families(request: Request, res: Res) -> list[GaugeMetricFamily]:
+async def _families(request: Request, res: Res) -> list[Metric]:
     figures = await admin.task_figures(res.sessions)
     workers = await admin.list_workers(res.redis)
     depth = await admin.stream_length(res.redis)
@@ -49,8 +50,22 @@ async def _families(request: Request, res: Res) -> list[GaugeMetricFamily]:
     for worker in workers:
         slots.add_metric([worker.name], worker.slots)
         busy.add_metric([worker.name], worker.busy)
-    stats = get_hub(request).stats()
+    hub = get_hub(request)
+    stats, losses = hub.stats(), hub.losses()
+    dropped = CounterMetricFamily(
+        "sandhive_live_events_dropped",
+        "Live events not delivered, by reason (slow_client: to viewers cut off as too slow;"
+        " durable ones they replay on reconnect). Workers add publish_failed.",
+        labels=["reason"],
+    )
+    dropped.add_metric(["slow_client"], losses["dropped_events"])
     return [
+        dropped,
+        CounterMetricFamily(
+            "sandhive_stream_clients_dropped",
+            "Viewers this API process cut off for falling behind (WebSocket 4408 / SSE end).",
+            value=losses["slow_viewers"],
+        ),
         tasks,
         failed,
         slots,
@@ -93,8 +108,8 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 class _Fixed(Collector):
     """A collector that yields figures already computed."""
 
-    def __init__(self, families: list[GaugeMetricFamily]) -> None:
+    def __init__(self, families: list[Metric]) -> None:
         self.families = families
 
-    def collect(self) -> list[GaugeMetricFamily]:
+    def collect(self) -> list[Metric]:
         return self.families

@@ -6,7 +6,9 @@ every subscriber synchronously, so joining is atomic with respect to delivery:
 a subscriber gets every entry published after it joined (and after the feed's
 starting position was noted), which is what lets the caller replay Postgres
 *after* joining and miss nothing. A subscriber more than `buffer` items behind
-is cut off (`SlowConsumer`) instead of slowing the reader or the other viewers.
+is cut off (`SlowConsumer`) instead of slowing the reader or the other viewers;
+the hub counts such viewers and the payloads they never got (`losses`, for the
+API's `/metrics`).
 Every `tick_s` each subscriber also receives `None`: an idle tick, used for
 keepalives and to catch up from Postgres if a publish was lost.
 """
@@ -17,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -36,9 +38,11 @@ class SlowConsumer(Exception):
 class Subscription:
     """One viewer's bounded buffer of live payloads (`None` = idle tick)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_drop: Callable[[int, bool], None] | None = None) -> None:
         self._items: deque[str | None] = deque()
         self._limit = limit
+        self._on_drop = on_drop
+        """Told (payloads dropped, whether this drop cut the viewer off) on every loss."""
         self._ready = asyncio.Event()
         self.cut_off = asyncio.Event()
         """Set when this viewer overflowed its buffer; `next` then raises SlowConsumer."""
@@ -46,15 +50,22 @@ class Subscription:
     def offer(self, item: str | None) -> None:
         """Queue one item without ever waiting; overflowing cuts this viewer off."""
         if self.cut_off.is_set():
+            self._dropped(int(item is not None), cut=False)
             return
         if item is None and self._items and self._items[-1] is None:
             return  # an unread tick says all a second one would
         if len(self._items) >= self._limit:
+            lost = sum(queued is not None for queued in self._items) + int(item is not None)
             self._items.clear()
             self.cut_off.set()
+            self._dropped(lost, cut=True)
         else:
             self._items.append(item)
         self._ready.set()
+
+    def _dropped(self, payloads: int, *, cut: bool) -> None:
+        if self._on_drop is not None and (payloads or cut):
+            self._on_drop(payloads, cut)
 
     async def next(self) -> str | None:
         """The next payload or tick, in order; SlowConsumer once cut off."""
@@ -83,6 +94,8 @@ class LiveHub:
         self._buffer = buffer
         self._tick_s = tick_s
         self._feeds: dict[str, _Feed] = {}
+        self._dropped_events = 0
+        self._slow_viewers = 0
 
     @asynccontextmanager
     async def subscribe(self, task_id: str) -> AsyncIterator[Subscription]:
@@ -91,7 +104,7 @@ class LiveHub:
         if feed is None:
             feed = self._feeds[task_id] = _Feed(task_id)
             feed.reader = asyncio.create_task(self._run(feed), name=f"live-{task_id}")
-        sub = Subscription(self._buffer)
+        sub = Subscription(self._buffer, self._count_drop)
         feed.subscribers.add(sub)
         try:
             await feed.ready.wait()  # the starting position is noted: nothing is missed now
@@ -103,6 +116,14 @@ class LiveHub:
         """Readers running and viewers attached, for tests and metrics."""
         viewers = sum(len(feed.subscribers) for feed in self._feeds.values())
         return {"readers": len(self._feeds), "viewers": viewers}
+
+    def losses(self) -> dict[str, int]:
+        """Since start: viewers cut off for being slow, and the payloads they never got."""
+        return {"slow_viewers": self._slow_viewers, "dropped_events": self._dropped_events}
+
+    def _count_drop(self, payloads: int, cut: bool) -> None:
+        self._dropped_events += payloads
+        self._slow_viewers += int(cut)
 
     async def aclose(self) -> None:
         """Stop every reader (process shutdown)."""

@@ -8,6 +8,7 @@ task's last event. Readers go through `app.bus.fanout`, one per task and process
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -19,16 +20,16 @@ EXPIRE_AFTER_FINISH_S = 3600
 READ_BATCH = 500
 
 
-async def publish(redis: Redis, task_id: str, payload: str) -> None:
-    """Append one serialised event to the task's live stream."""
-    await redis.xadd(
-        keys.live_events(task_id), {"e": payload}, maxlen=MAX_ENTRIES, approximate=True
-    )
-
-
-async def expire(redis: Redis, task_id: str) -> None:
-    """Let the stream disappear a while after the task finished."""
-    await redis.expire(keys.live_events(task_id), EXPIRE_AFTER_FINISH_S)
+async def publish(
+    redis: Redis, task_id: str, payloads: Sequence[str], *, expire: bool = False
+) -> None:
+    """Append serialised events in order, in one round trip; `expire`: the task is done."""
+    pipe = redis.pipeline(transaction=False)
+    for payload in payloads:
+        pipe.xadd(keys.live_events(task_id), {"e": payload}, maxlen=MAX_ENTRIES, approximate=True)
+    if expire:
+        pipe.expire(keys.live_events(task_id), EXPIRE_AFTER_FINISH_S)
+    await pipe.execute()
 
 
 async def position(redis: Redis, task_id: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -14,6 +14,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -146,3 +147,10 @@ class ApiKey(Base):
     key_sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     revoked_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+# The Core tables, typed, for the per-step writes that skip the ORM's bulk paths
+# (`services.events.record_events`, `services.attempts.save_step`).
+TASKS = cast(Table, Task.__table__)
+STEPS = cast(Table, Step.__table__)
+EVENTS = cast(Table, Event.__table__)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from app.config import LLMProfile
 from app.llm.anthropic import AnthropicChatModel
 from app.llm.openai import OpenAIChatModel
@@ -27,8 +29,13 @@ def model_for_profile(
     timeout_s: float = 1200.0,
     max_retries: int = 3,
     backoff_s: float = 1.0,
+    client: httpx.AsyncClient | None = None,
 ) -> HTTPChatModel:
-    """The client for this profile's kind, configured for one task."""
+    """The client for this profile's kind, configured for one task.
+
+    `client`: a shared HTTP client (`transport.shared_http_client`) the model uses but
+    does not close; None: the model makes (and closes) its own.
+    """
     options: dict[str, Any] = {
         "base_url": profile.base_url,
         "api_key": profile.api_key.get_secret_value(),
@@ -39,6 +46,7 @@ def model_for_profile(
         "timeout_s": timeout_s,
         "max_retries": max_retries,
         "backoff_s": backoff_s,
+        "client": client,
     }
     if profile.kind == "anthropic":
         return AnthropicChatModel(**options)

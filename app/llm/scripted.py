@@ -77,6 +77,7 @@ class ScriptBook:
         self._requests: dict[str, int] = {}
         self._last_bodies: dict[str, dict[str, Any]] = {}
         self._last_headers: dict[str, dict[str, str]] = {}
+        self._arrivals: dict[str, list[float]] = {}
 
     def add_script(self, model: str, script: Script) -> None:
         """Register or replace a script; callable from any thread while serving."""
@@ -87,7 +88,9 @@ class ScriptBook:
         self, model: str, body: dict[str, Any], headers: Mapping[str, str]
     ) -> tuple[Script | None, int]:
         """Count a chat request; its script (None if unknown) and its 1-based number."""
+        arrived = time.monotonic()
         with self._lock:
+            self._arrivals.setdefault(model, []).append(arrived)
             count = self._requests.get(model, 0) + 1
             self._requests[model] = count
             self._last_bodies[model] = body
@@ -115,6 +118,11 @@ class ScriptBook:
         """Model name -> chat requests received (a snapshot)."""
         with self._lock:
             return dict(self._requests)
+
+    def arrivals(self, model: str) -> list[float]:
+        """`time.monotonic()` at the arrival of each chat request for this model (benchmarks)."""
+        with self._lock:
+            return list(self._arrivals.get(model, []))
 
     def last_request(self, model: str) -> dict[str, Any] | None:
         """The JSON body of the newest chat request for this model."""
@@ -356,6 +364,10 @@ class ScriptedLLMServer:
         """Register (or replace) the script a model name plays; safe while serving."""
         self.book.add_script(model, script)
 
+    def arrivals(self, model: str) -> list[float]:
+        """`time.monotonic()` at each chat request's arrival for this model (same process)."""
+        return self.book.arrivals(model)
+
     def last_request(self, model: str) -> dict[str, Any] | None:
         """The JSON body of the newest chat request for this model."""
         return self.book.last_request(model)
@@ -368,7 +380,9 @@ class ScriptedLLMServer:
         """Bind, serve from a thread with its own event loop, and wait until it accepts."""
         if self._server is not None:
             raise RuntimeError("ScriptedLLMServer is already started")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says
+        # TCP, and without it every reused connection waits ~40 ms (Nagle + delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, self._port))
         self._port = sock.getsockname()[1]

@@ -40,6 +40,17 @@ _LIVE: set[ExecChannel] = set()
 """Open channels, so a reader task is never garbage-collected while its stream is open."""
 
 
+LOST_MESSAGE = b"\nsandhive: lost this command: the sandbox's command runner was stopped\n"
+
+
+class ChannelClosed(SandboxError):
+    """The channel was already closed when a command was sent: nothing ran."""
+
+
+class ChannelLost(SandboxError):
+    """The channel closed while a command ran: its outcome is unknown."""
+
+
 class ExecChannel:
     """Framed requests to the in-sandbox agent; safe for concurrent `exec` calls."""
 
@@ -51,6 +62,7 @@ class ExecChannel:
         self._waiting: dict[int, asyncio.Queue[Frame | None]] = {}
         self._ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._write_lock = asyncio.Lock()
+        self._sessions: dict[str, asyncio.Lock] = {}
         self.alive = True
         self._reader = asyncio.create_task(self._read())
         _LIVE.add(self)
@@ -87,46 +99,94 @@ class ExecChannel:
         stdin: bytes | None,
         timeout_s: float | None,
         on_output: OutputCallback | None,
+        linger_s: float | None = None,
     ) -> ExecResult:
         """Run argv through the agent: same contract as `DockerSandbox.exec`."""
-        rid = next(self._ids)
-        queue: asyncio.Queue[Frame | None] = asyncio.Queue()
-        self._waiting[rid] = queue
-        out, err = OutputCapture(self._cap), OutputCapture(self._cap)
         request = {
             "op": "run",
-            "id": rid,
             "argv": list(argv),
             "cwd": workdir,
             "env": {**(env or {}), MARK: secrets.token_hex(12)},
             "stdin": stdin is not None,
+            "linger": linger_s,
         }
+        return await self._request(request, stdin or b"", timeout_s, on_output, session=False)
+
+    async def shell(
+        self,
+        session: str,
+        command: str,
+        *,
+        workdir: str,
+        timeout_s: float | None,
+        on_output: OutputCallback | None,
+        linger_s: float | None = None,
+    ) -> ExecResult:
+        """Run command in the agent's persistent bash named session (started in workdir).
+
+        One command at a time per session: a second call waits for the first.
+        """
+        lock = self._sessions.setdefault(session, asyncio.Lock())
+        async with lock:
+            request = {
+                "op": "shell",
+                "session": session,
+                "command": command,
+                "cwd": workdir,
+                "env": {MARK: secrets.token_hex(12)},
+                "linger": linger_s,
+            }
+            return await self._request(request, b"", timeout_s, on_output, session=True)
+
+    async def _request(
+        self,
+        request: dict[str, Any],
+        stdin: bytes,
+        timeout_s: float | None,
+        on_output: OutputCallback | None,
+        *,
+        session: bool,
+    ) -> ExecResult:
+        """Send one command request and collect its output; `session`: a shell op."""
+        rid = request["id"] = next(self._ids)
+        queue: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self._waiting[rid] = queue
+        out, err = OutputCapture(self._cap), OutputCapture(self._cap)
         try:
-            await self._send(request, stdin or b"")
+            await self._send(request, stdin)
             async with asyncio.timeout(timeout_s):
-                code = await _collect(queue, out, err, on_output)
+                code, ended = await _collect(queue, out, err, on_output)
+        except ChannelLost:
+            # The agent was killed (`pkill python3`, say) while the command ran: the model
+            # hears it like any failed command, and the sandbox goes on with `docker exec`.
+            err.add(LOST_MESSAGE)
+            return ExecResult(126, out.value(), err.value(), session_ended=session)
         except TimeoutError:
-            await self._kill(rid, queue)
-            return ExecResult(-1, out.value(), err.value(), timed_out=True)
+            ended = await self._kill(rid, queue) and session
+            return ExecResult(-1, out.value(), err.value(), timed_out=True, session_ended=ended)
         except asyncio.CancelledError:
             await self._kill(rid, queue)  # the command must not outlive the call
             raise
         finally:
             self._waiting.pop(rid, None)
-        return ExecResult(code, out.value(), err.value())
+        return ExecResult(code, out.value(), err.value(), session_ended=ended and session)
 
-    async def _kill(self, rid: int, queue: asyncio.Queue[Frame | None]) -> None:
-        """Ask the agent to SIGKILL the command's tree and wait until it says it did."""
+    async def _kill(self, rid: int, queue: asyncio.Queue[Frame | None]) -> bool:
+        """Ask the agent to SIGKILL the command's tree and wait until it says it did.
+
+        True when a shell session went with it (or the channel did).
+        """
         with suppress(SandboxError, TimeoutError):
             async with asyncio.timeout(KILL_TIMEOUT_S):
                 await self._send({"op": "kill", "id": rid}, b"")
                 while (frame := await queue.get()) is not None:
                     if "killed" in frame[0] or "exit" in frame[0]:
-                        return
+                        return bool(frame[0].get("ended"))
+        return True
 
     async def _send(self, header: Mapping[str, Any], payload: bytes) -> None:
         if not self.alive:
-            raise SandboxError("exec channel closed")
+            raise ChannelClosed("exec channel closed")
         data = json.dumps(header).encode()
         try:
             async with self._write_lock:
@@ -186,15 +246,15 @@ async def _collect(
     out: OutputCapture,
     err: OutputCapture,
     on_output: OutputCallback | None,
-) -> int:
-    """Output chunks until the exit frame; the exit code."""
+) -> tuple[int, bool]:
+    """Output chunks until the exit frame; the exit code and whether a shell session ended."""
     while (frame := await queue.get()) is not None:
         header, payload = frame
         if "exit" in header:
-            return int(header["exit"])
+            return int(header["exit"]), bool(header.get("ended"))
         name = header.get("stream")
         if name in ("stdout", "stderr"):
             (out if name == "stdout" else err).add(payload)
             if on_output is not None:
                 await on_output(name, payload)
-    raise SandboxError("exec channel closed while a command ran")
+    raise ChannelLost("exec channel closed while a command ran")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import mimetypes
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
@@ -26,7 +27,7 @@ from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
-from app.services.events import TASK_FINISHED, publish, record_event
+from app.services.events import TASK_FINISHED, publish_all, record_event, record_events
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
 log = logging.getLogger(__name__)
@@ -120,26 +121,49 @@ async def _start(
 async def step_started(
     sessions: Sessions, redis: Redis, task_id: str, attempt: int, index: int
 ) -> None:
+    """Announce a step that no `save_step` announced (the first of an attempt)."""
     async with sessions.begin() as session:
-        await _fenced(session, task_id, attempt)
-        event = await record_event(session, task_id, "step.started", {"index": index})
-    await publish_quietly(redis, [event])
-
-
-async def save_step(sessions: Sessions, redis: Redis, task_id: str, step: StepOut) -> None:
-    """Store one finished step of attempt `step.attempt` and announce it."""
-    step = StepOut.model_validate(storable(step.model_dump()))  # binary output: no NUL in SQL
-    async with sessions.begin() as session:
-        await _fenced(session, task_id, step.attempt)
-        session.add(
-            models.Step(
-                task_id=task_id,
-                **step.model_dump(exclude={"action"}),
-                action=step.action.model_dump() if step.action else None,
-            )
+        events = await _fenced_events(
+            session, task_id, attempt, [("step.started", {"index": index})]
         )
-        event = await record_event(session, task_id, "step.completed", step.model_dump(mode="json"))
-    await publish_quietly(redis, [event])
+    await publish_quietly(redis, events)
+
+
+async def save_step(
+    sessions: Sessions, redis: Redis, task_id: str, step: StepOut, next_index: int | None = None
+) -> None:
+    """Store one finished step of attempt `step.attempt` and announce it.
+
+    With `next_index`, the next step's `step.started` rides in the same
+    transaction, right after this `step.completed`: one commit per step on the
+    hot path, and readers still see completion N before the start of N+1. Four
+    round trips to Postgres (begin, fenced seq bump, events, step row + commit).
+    """
+    step = StepOut.model_validate(storable(step.model_dump()))  # binary output: no NUL in SQL
+    items: list[tuple[str, Mapping[str, Any]]] = [("step.completed", step.model_dump(mode="json"))]
+    if next_index is not None:
+        items.append(("step.started", {"index": next_index}))
+    async with sessions.begin() as session:
+        events = await _fenced_events(session, task_id, step.attempt, items)
+        row = step.model_dump(exclude={"action"})
+        action = step.action.model_dump() if step.action else None
+        conn = await session.connection()  # Core insert: see `record_events`
+        await conn.execute(insert(models.STEPS).values(task_id=task_id, action=action, **row))
+    await publish_quietly(redis, events)
+
+
+async def _fenced_events(
+    session: AsyncSession,
+    task_id: str,
+    attempt: int,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+) -> list[EventOut]:
+    """Record events only while `attempt` runs the task (the bump takes the row lock)."""
+    owns = (models.Task.attempt == attempt) & (models.Task.status == TaskStatus.running)
+    events = await record_events(session, task_id, items, only_if=owns)
+    if not events:
+        raise StaleAttempt(f"attempt {attempt} of {task_id} no longer owns the task")
+    return events
 
 
 async def finish_task(
@@ -197,8 +221,7 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
 async def publish_quietly(redis: Redis, events: Sequence[EventOut]) -> None:
     """Tell live followers; a Redis outage only delays them (they catch up from Postgres)."""
     try:
-        for event in events:
-            await publish(redis, event)
+        await publish_all(redis, events)
     except (RedisError, OSError) as exc:
         log.warning("could not publish events of %s: %r", events[0].task_id, exc)
 

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.bus import live
 from app.bus.fanout import LiveHub, Subscription
 from app.db.engine import Sessions
-from app.db.models import Event, Task
+from app.db.models import EVENTS, TASKS, Event, Task
 from app.errors import NotFound
 from app.ids import utc_now
 from app.schemas import EventOut
@@ -42,18 +42,47 @@ async def record_event(
     session: AsyncSession, task_id: str, type_: str, data: Mapping[str, Any]
 ) -> EventOut:
     """Insert the next durable event of a task, inside the caller's transaction."""
-    seq = await session.scalar(
-        update(Task)
-        .where(Task.id == task_id)
-        .values(last_seq=Task.last_seq + 1)
-        .returning(Task.last_seq)
-    )
-    if seq is None:
+    (event,) = await record_events(session, task_id, [(type_, data)])
+    return event
+
+
+async def record_events(
+    session: AsyncSession,
+    task_id: str,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    only_if: ColumnElement[bool] | None = None,
+) -> list[EventOut]:
+    """Insert the task's next durable events, in order, inside the caller's transaction.
+
+    Two round trips whatever the count (one seq bump, one insert): this is on every
+    step's path. `only_if`, a condition on the task row, makes the bump (and so the
+    insert) happen only when it holds; None is returned as an empty list then.
+    """
+    # Core statements on the session's connection: the ORM's bulk paths cost more CPU
+    # than the round trips themselves, and nothing here needs the identity map.
+    conn = await session.connection()
+    table = TASKS
+    bump = update(table).where(table.c.id == task_id)
+    if only_if is not None:
+        bump = bump.where(only_if)
+    bump = bump.values(last_seq=table.c.last_seq + len(items)).returning(table.c.last_seq)
+    last = (await conn.execute(bump)).scalar()
+    if last is None:
+        if only_if is not None:
+            return []
         raise NotFound(f"no task {task_id}")
-    row = Event(task_id=task_id, seq=seq, type=type_, ts=utc_now(), data=dict(data))
-    session.add(row)
-    await session.flush()
-    return event_out(row)
+    now = utc_now()
+    first = last - len(items) + 1
+    rows = [
+        {"task_id": task_id, "seq": first + i, "type": type_, "ts": now, "data": dict(data)}
+        for i, (type_, data) in enumerate(items)
+    ]
+    await conn.execute(insert(EVENTS), rows)
+    return [
+        EventOut(seq=r["seq"], type=r["type"], ts=now, task_id=task_id, data=r["data"])
+        for r in rows
+    ]
 
 
 def event_out(row: Event) -> EventOut:
@@ -67,9 +96,18 @@ def live_event(task_id: str, type_: str, data: Mapping[str, Any]) -> EventOut:
 
 async def publish(redis: Redis, event: EventOut) -> None:
     """Send an event to live followers; call only after its transaction committed."""
-    await live.publish(redis, event.task_id, event.model_dump_json())
-    if event.type == TASK_FINISHED:
-        await live.expire(redis, event.task_id)
+    await publish_all(redis, [event])
+
+
+async def publish_all(redis: Redis, events: Sequence[EventOut]) -> None:
+    """Send events (of one task, in order) to live followers in one Redis round trip."""
+    if not events:
+        return
+    task_id = events[0].task_id
+    finished = any(event.type == TASK_FINISHED for event in events)
+    await live.publish(
+        redis, task_id, [event.model_dump_json() for event in events], expire=finished
+    )
 
 
 @dataclass(frozen=True)

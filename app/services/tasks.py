@@ -112,7 +112,7 @@ def _resolve_tools(tools: ToolsOptions, settings: Settings) -> ToolsOptions:
         answer_all = settings.answer_all_tool_calls
     if answer_all is None:
         answer_all = tools.profile != "reference"
-    return ToolsOptions(profile=tools.profile, answer_all_tool_calls=answer_all)
+    return ToolsOptions(profile=tools.profile, answer_all_tool_calls=answer_all, shell=tools.shell)
 
 
 def _resolve_prompt(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+import httpx
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -50,6 +51,8 @@ class WorkerContext:
     instance: str
     pool: WarmPool | None = None
     """This worker's warm sandboxes (`warm_pool_size` > 0)."""
+    http: httpx.AsyncClient | None = None
+    """One HTTP client for every task's model calls (`transport.shared_http_client`)."""
 
 
 async def run_attempt(ctx: WorkerContext, running: Running) -> End:
@@ -118,9 +121,9 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
 async def _run(
     ctx: WorkerContext, started: StartedAttempt, sink: TaskSink, running: Running
 ) -> EpisodeResult:
-    model = chat_model_for(ctx.settings, started.spec.llm)
+    model = chat_model_for(ctx.settings, started.spec.llm, ctx.http)
     try:
-        return await run_episode(
+        result = await run_episode(
             ctx.docker,
             model,
             episode_for(ctx, started),
@@ -129,7 +132,10 @@ async def _run(
             stop=running.stop,
             pool=ctx.pool,
         )
+        await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
+        return result
     finally:
+        await sink.close()
         await model.aclose()
 
 
@@ -159,6 +165,7 @@ def episode_for(ctx: WorkerContext, started: StartedAttempt) -> Episode:
             command_timeout_s=spec.limits.command_timeout_s,
             max_context_tokens=spec.limits.max_context_tokens,
             tools_profile=spec.tools.profile,
+            tools_shell=spec.tools.shell,
             workdir=workdir,
             answer_all_tool_calls=spec.tools.answer_all_tool_calls,
         ),

@@ -2,7 +2,7 @@
 
 arq/saq's shape rather than a framework: a slot count, a TaskGroup for
 attempts, background chores (heartbeat and lease renewal, cancel watch,
-reconciliation, reaping), and a burst mode that returns once the queue is
+reconciliation, reaping, readiness checks), and a burst mode that returns once the queue is
 empty. SIGTERM stops claiming, lets running attempts finish for
 `worker_shutdown_grace_s`, then hands the rest back to the queue (a second
 signal skips the grace).
@@ -27,11 +27,13 @@ from app.bus import leases, queue
 from app.bus.queue import Claim
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
+from app.llm.transport import shared_http_client
 from app.sandbox.docker import DockerHost
 from app.sandbox.pool import WarmPool, pool_labels
 from app.services import admin
 from app.worker import heartbeat, reaping
 from app.worker.attempt import WorkerContext, run_attempt
+from app.worker.health import Readiness
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
 
@@ -47,8 +49,10 @@ def default_name() -> str:
 
 
 class Worker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, readiness: Readiness | None = None) -> None:
         self.settings = settings
+        self.readiness = readiness or Readiness()
+        """What the worker's /readyz reports (`app.worker.health`)."""
         self.name = settings.worker_name or default_name()
         self.stopping = asyncio.Event()
         self.hurry = asyncio.Event()
@@ -70,7 +74,10 @@ class Worker:
         engine = create_engine(self.settings.database_url)
         redis = Redis.from_url(self.settings.redis_url)
         try:
-            async with DockerHost(exec_channel=self.settings.sandbox_exec_channel) as docker:
+            async with (
+                DockerHost(exec_channel=self.settings.sandbox_exec_channel) as docker,
+                shared_http_client() as http,
+            ):
                 await docker.ping()
                 warm = self._warm_pool(docker)
                 ctx = WorkerContext(
@@ -81,6 +88,7 @@ class Worker:
                     self.name,
                     self.settings.instance_name(),
                     pool=warm,
+                    http=http,
                 )
                 try:
                     await self._serve(ctx, burst=burst)
@@ -123,6 +131,7 @@ class Worker:
             ),
             self._every(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once),
             self._every(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running)),
+            self._every(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx)),
         ]
         background = [asyncio.create_task(chore) for chore in chores]
         metrics.SLOTS.set(s.worker_concurrency)
@@ -155,6 +164,9 @@ class Worker:
                 if self.busy >= self.settings.worker_concurrency:
                     await self._wait_for_slot()
                     continue
+                if self.readiness.docker_lost():  # not ready: leave tasks to other workers
+                    await self._wait_for_slot()
+                    continue
                 claim = await self._next_claim(ctx, burst=burst)
                 if claim is None:
                     if burst and not self.busy:
@@ -163,6 +175,9 @@ class Worker:
                 if self.stopping.is_set():  # read just as the stop came: back to the queue
                     await _quietly("hand back", queue_again(ctx.redis, claim))
                     break
+                if self.readiness.docker_lost():  # Docker went away while the read waited
+                    await _quietly("hand back", queue_again(ctx.redis, claim))
+                    continue
                 self.busy += 1
                 group.create_task(self._attempt(ctx, claim))
             if self.stopping.is_set():

@@ -1,13 +1,21 @@
 """The worker's EventSink: steps and durable events to Postgres, then to live followers.
 
-Every write is fenced by the attempt (`services.attempts`); the usage of the
-steps recorded so far is kept here, for an attempt that is stopped mid-way.
+Write-behind: the loop hands each write to one ordered writer task and goes on to
+its next model call at once, so a step's transaction (~5 ms here) overlaps the
+model's time instead of adding to it. Order is kept (durable and live events
+leave in the order the loop made them); a failed durable write (a stale attempt,
+Postgres down) is raised by the sink's next call, or by `flush`, which the worker
+awaits before it finishes the attempt. Every write is fenced by the attempt
+(`services.attempts`); the usage of the steps recorded so far is kept here, for
+an attempt that is stopped mid-way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -15,10 +23,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import metrics
 from app.agent.types import Step
-from app.schemas import ActionOut, StepOut, UsageOut
+from app.schemas import ActionOut, EventOut, StepOut, UsageOut
 from app.services import attempts, events
 
+MAX_BEHIND = 64
+"""Writes the writer may lag behind the loop; past it a step waits (live events drop)."""
+CLOSE_DRAIN_S = 10.0
 log = logging.getLogger(__name__)
+Write = Callable[[], Awaitable[None]]
 
 
 class TaskSink:
@@ -30,13 +42,21 @@ class TaskSink:
         self.sessions, self.redis = sessions, redis
         self.task_id, self.attempt = task_id, attempt
         self.usage = UsageOut()
+        self._queue: asyncio.Queue[Write] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._failed: Exception | None = None
 
     async def step_started(self, index: int) -> None:
-        await attempts.step_started(self.sessions, self.redis, self.task_id, self.attempt, index)
+        task_id, attempt = self.task_id, self.attempt
+        await self._durable(
+            lambda: attempts.step_started(self.sessions, self.redis, task_id, attempt, index)
+        )
 
-    async def step_completed(self, step: Step) -> None:
-        await attempts.save_step(
-            self.sessions, self.redis, self.task_id, step_out(step, self.attempt)
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
+        # One transaction: this step's row, its step.completed and the next step.started.
+        out = step_out(step, self.attempt)
+        await self._durable(
+            lambda: attempts.save_step(self.sessions, self.redis, self.task_id, out, next_index)
         )
         metrics.observe_step(step.llm_ms, step.tool_ms, step.prompt_tokens, step.completion_tokens)
         self.usage.steps += 1
@@ -46,9 +66,60 @@ class TaskSink:
         self.usage.sandbox_seconds += step.tool_ms / 1000
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
+        if self._failed is not None or self._queue.qsize() >= MAX_BEHIND:
+            metrics.LIVE_EVENTS_DROPPED.labels("publish_failed").inc()
+            return
+        event = events.live_event(self.task_id, kind, data)  # stamped now, sent in order
+        self._enqueue(lambda: self._publish_live(event))
+
+    async def flush(self) -> None:
+        """Wait until every write so far is done; raise the first durable write's failure."""
+        if self._writer is not None:
+            await self._queue.join()
+        if self._failed is not None:
+            raise self._failed
+
+    async def close(self) -> None:
+        """Let the writer finish what it holds (bounded), then stop it; never raises."""
+        if self._writer is None:
+            return
+        with suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_DRAIN_S):
+                await self._queue.join()
+        self._writer.cancel()
+        await asyncio.gather(self._writer, return_exceptions=True)
+        self._writer = None
+
+    async def _durable(self, write: Write) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._queue.qsize() >= MAX_BEHIND:  # Postgres is slow: the loop waits for it
+            await self._queue.join()
+            if self._failed is not None:
+                raise self._failed
+        self._enqueue(write)
+
+    def _enqueue(self, write: Write) -> None:
+        self._queue.put_nowait(write)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._drain(), name=f"sink-{self.task_id}")
+
+    async def _drain(self) -> None:
+        while True:
+            write = await self._queue.get()
+            try:
+                if self._failed is None:
+                    await write()
+            except Exception as exc:  # a stale attempt, Postgres down: the loop hears of it
+                self._failed = exc
+            finally:
+                self._queue.task_done()
+
+    async def _publish_live(self, event: EventOut) -> None:
         try:
-            await events.publish(self.redis, events.live_event(self.task_id, kind, data))
+            await events.publish(self.redis, event)
         except (RedisError, OSError) as exc:  # live-only events may be lost (API.md)
+            metrics.LIVE_EVENTS_DROPPED.labels("publish_failed").inc()
             log.debug("live event of %s dropped: %r", self.task_id, exc)
 
 

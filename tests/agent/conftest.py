@@ -38,3 +38,18 @@ async def make_box(docker_image: str) -> AsyncIterator[MakeBox]:
 async def box(make_box: MakeBox) -> DockerSandbox:
     """One sandbox shared by the tests of a module (they use distinct paths)."""
     return await make_box()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def direct(docker_image: str) -> AsyncIterator[DockerSandbox]:
+    """A sandbox without the exec channel: one `docker exec` per command (images
+    without python3), for the paths that must work, or refuse cleanly, without it."""
+    labels = {"sandhive.test": uuid.uuid4().hex, "sandhive.task": "tsk_agent_direct"}
+    async with DockerHost(exec_channel=False) as host:
+        box = await host.create_sandbox(
+            SandboxConfig(image=docker_image, labels=labels, memory_mb=512)
+        )
+        try:
+            yield box
+        finally:
+            await box.remove()

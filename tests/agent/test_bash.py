@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -156,3 +157,62 @@ async def test_output_is_streamed_while_the_command_runs(box: DockerSandbox) -> 
     await run_tool(ToolCall("c", "execute_bash", {"command": "echo live; echo err >&2"}), ctx)
     assert b"".join(d for s, d in chunks if s == "stdout") == b"live\n"
     assert b"".join(d for s, d in chunks if s == "stderr") == b"err\n"
+
+
+# ---------------------------------------------------------------- standard, channel or not
+
+
+SAME_EVERYWHERE = [
+    "echo out; echo err >&2; exit 3",
+    "seq 1 100",
+    "printf 'no newline'",
+    'echo "$0 $SHLVL"; pwd; cat',
+    "sleep 1013 & echo started; echo bye >&2",
+]
+
+
+async def test_standard_observations_do_not_depend_on_the_channel(
+    box: DockerSandbox, direct: DockerSandbox
+) -> None:
+    assert box.uses_channel
+    assert not direct.uses_channel
+    for command in SAME_EVERYWHERE:
+        started = time.monotonic()
+        via_docker = await bash(direct, command, "standard")
+        assert time.monotonic() - started < 30  # the background sleep is not awaited
+        assert via_docker == await bash(box, command, "standard"), command
+    await bash(box, "pkill -f 'sleep 1013'", "standard")
+    await bash(direct, "pkill -f 'sleep 1013'", "standard")
+
+
+@pytest.mark.parametrize("which", ["channel", "docker exec"])
+async def test_a_background_writer_gets_sigpipe_once_the_call_returned(
+    box: DockerSandbox, direct: DockerSandbox, which: str
+) -> None:
+    target = box if which == "channel" else direct
+    writer = "bash -c 'sleep 1; while echo tick; do sleep 0.1; done' sigpipe-probe &"
+    result = await bash(target, f"{writer} echo started", "standard")
+    assert result.observation == "Exit code: 0\n" + HEADER + "\\[STDOUT]\nstarted\n"
+    for _ in range(100):
+        if "sigpipe-probe" not in await processes(target):
+            break
+        await asyncio.sleep(0.1)
+    assert "sigpipe-probe" not in await processes(target)  # it died on its first late write
+
+
+@pytest.mark.parametrize("which", ["channel", "docker exec"])
+async def test_a_background_job_that_never_stops_writing_does_not_hold_the_call(
+    box: DockerSandbox, direct: DockerSandbox, which: str
+) -> None:
+    target = box if which == "channel" else direct
+    started = time.monotonic()
+    result = await bash(target, "yes flood-probe & echo started", "standard", timeout_s=60)
+    assert time.monotonic() - started < 30  # far below the 60 s timeout: not held open
+    assert result.exit_code == 0
+    assert result.observation.startswith("Exit code: 0\n" + HEADER + "\\[STDOUT]\n")
+    assert "flood-probe" in result.observation  # what it wrote within the grace
+    for _ in range(100):
+        if "flood-probe" not in await processes(target):
+            break
+        await asyncio.sleep(0.1)
+    assert "flood-probe" not in await processes(target)  # SIGPIPE once the call returned

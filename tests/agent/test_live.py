@@ -22,7 +22,7 @@ class RecordingSink:
     async def step_started(self, index: int) -> None:
         return None
 
-    async def step_completed(self, step: Step) -> None:
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         return None
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:

@@ -40,8 +40,10 @@ class RecordingSink:
     async def step_started(self, index: int) -> None:
         self.started.append(index)
 
-    async def step_completed(self, step: Step) -> None:
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         self.completed.append(step)
+        if next_index is not None:
+            self.started.append(next_index)
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         return None

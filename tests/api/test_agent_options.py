@@ -132,7 +132,27 @@ async def test_the_server_default_of_the_multi_call_setting(clean_db: str, redis
     settings = plain_settings(clean_db, answer_all_tool_calls=True)
     async with serve(create_app(settings)) as client:
         task = await submit(client, tools={"profile": "reference"})
-    assert task.json()["tools"] == {"profile": "reference", "answer_all_tool_calls": True}
+    assert task.json()["tools"] == {
+        "profile": "reference",
+        "answer_all_tool_calls": True,
+        "shell": "fresh",
+    }
+
+
+async def test_a_persistent_shell_is_a_standard_only_option(api: httpx.AsyncClient) -> None:
+    kept = await submit(api, tools={"shell": "persistent"})
+    assert kept.status_code == 202, kept.text
+    assert kept.json()["tools"]["shell"] == "persistent"
+    assert (await submit(api)).json()["tools"]["shell"] == "fresh"
+
+    error = assert_error(
+        await submit(api, tools={"profile": "reference", "shell": "persistent"}),
+        422,
+        "invalid_input",
+    )
+    assert error["details"][0]["loc"] == ["body", "tools", "shell"]
+    assert "reference profile runs a fresh shell" in error["details"][0]["msg"]
+    assert_error(await submit(api, tools={"shell": "sticky"}), 422, "invalid_input")
 
 
 async def test_the_reference_trajectory_format(api: httpx.AsyncClient, sessions: Sessions) -> None:

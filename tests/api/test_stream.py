@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from app.config import Settings
@@ -96,6 +97,20 @@ async def viewers_attached(server: LiveServer, count: int) -> None:
     raise AssertionError(f"only {server.hub.stats()} after {WAIT_S} s")
 
 
+async def drop_figures(base_url: str) -> tuple[float, float]:
+    """From the API's /metrics: (live events dropped for slow clients, slow clients cut off)."""
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        response = await client.get("/metrics")
+    assert response.status_code == 200, response.text
+    found = {
+        (sample.name, tuple(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    dropped = found[("sandhive_live_events_dropped_total", (("reason", "slow_client"),))]
+    return dropped, found[("sandhive_stream_clients_dropped_total", ())]
+
+
 def durable(messages: list[dict[str, Any]]) -> list[int]:
     return [m["seq"] for m in messages if m["seq"] is not None]
 
@@ -139,6 +154,7 @@ async def test_a_slow_viewer_is_cut_off_with_4408_and_the_others_keep_up(
     async with live_server(settings) as live:
         task_id = await insert_task(sessions, status="running")
         await emit(sessions, redis, task_id)
+        assert await drop_figures(live.base_url) == (0, 0)
         url = f"{live.ws_url}/v1/tasks/{task_id}/stream?after=0"
         port = int(live.base_url.rsplit(":", 1)[1])
         # No compression: the ~13 MB below must really be bytes on the wire.
@@ -166,6 +182,9 @@ async def test_a_slow_viewer_is_cut_off_with_4408_and_the_others_keep_up(
         assert slow.close_code == 4408
         last = max(durable(slow_seen), default=0)
         assert slow.close_reason == f"too slow: reconnect with after={last}"
+        dropped, cut_off = await drop_figures(live.base_url)
+        assert cut_off == 1
+        assert dropped >= 10  # the full buffer (20 items, an idle tick or two among them)
 
         resumed, code, _ = await read_ws(f"{live.ws_url}/v1/tasks/{task_id}/stream?after={last}")
         assert code == 1000

@@ -78,7 +78,7 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
         "memory_mb": api_settings.default_memory_mb,
         "disk_mb": api_settings.default_disk_mb,
     }
-    assert task["tools"] == {"profile": "standard", "answer_all_tool_calls": True}
+    assert task["tools"] == {"profile": "standard", "answer_all_tool_calls": True, "shell": "fresh"}
     assert task["prompt_config"] == "general"
 
     async with sessions() as session:

@@ -188,6 +188,13 @@ def workers_alive(base_url: str) -> float:
     return 0.0
 
 
+def worker_health(stack: Stack) -> list[str]:
+    """Docker's health status of each worker container (its healthcheck is the worker's /readyz)."""
+    ids = stack.compose("ps", "-q", "worker").split()
+    inspect = ["docker", "inspect", "--format", "{{.State.Health.Status}}", *ids]
+    return subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.split()
+
+
 def test_compose_stack_runs_a_task_and_scales(stack: Stack) -> None:
     ready = wait_for(
         lambda: httpx.get(f"{stack.base_url}/readyz", timeout=5).status_code == 200, "the API"
@@ -206,6 +213,8 @@ def test_compose_stack_runs_a_task_and_scales(stack: Stack) -> None:
         assert client.get(f"/v1/tasks/{task_id}").json()["answer"] == DEMO_ANSWER
 
     assert wait_for(lambda: workers_alive(stack.base_url) == 1, "one worker")
+    healthy = wait_for(lambda: worker_health(stack) == ["healthy"], "the worker's /readyz")
+    assert healthy, stack.logs()
     stack.compose("up", "-d", "--no-recreate", "--scale", "worker=2")
     assert wait_for(lambda: workers_alive(stack.base_url) == 2, "two workers"), stack.logs()
 

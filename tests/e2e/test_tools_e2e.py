@@ -6,7 +6,8 @@ undo_edit, and submit. The expected texts follow the package's layout
 (REFERENCE.md §1.4 and shared/golden: markers, `Exit code:` line, `cat -n`
 numbering, the editor's messages), not this code's output. A second task uses
 the `reference` profile with the `long_context` prompt config: its input lands
-in /testbed/documents and its answer is /testbed/answer.txt.
+in /testbed/documents and its answer is /testbed/answer.txt. A third keeps one
+shell for the task (`"tools": {"shell": "persistent"}`).
 """
 
 from __future__ import annotations
@@ -144,7 +145,20 @@ def test_every_tool_sub_command_through_the_api(
             ]
         ),
     )
+    scripted_llm.add_script(
+        "e2e-persistent",
+        Script(
+            [
+                bash("cd /testbed/output && export V=7 && greet() { echo hi; }"),
+                bash('pwd; echo "$V"; greet'),
+                Turn(tool="submit"),
+            ]
+        ),
+    )
     with httpx.Client(base_url=service.base_url, timeout=10) as client:
+        persistent_id = submit(
+            client, llm={"model": "e2e-persistent"}, tools={"shell": "persistent"}
+        )
         tools_id = submit(
             client,
             llm={"model": "e2e-tools"},
@@ -164,6 +178,8 @@ def test_every_tool_sub_command_through_the_api(
         artifacts = client.get(f"/v1/tasks/{tools_id}/artifacts").json()
         script = client.get(f"/v1/tasks/{tools_id}/artifacts/script.py")
         context_steps = client.get(f"/v1/tasks/{context_id}/trajectory").json()["steps"]
+        persistent = wait_finished(client, persistent_id)
+        persistent_steps = client.get(f"/v1/tasks/{persistent_id}/trajectory").json()["steps"]
 
     assert (task["status"], task["finish_reason"]) == ("succeeded", "submitted"), service.logs()
     observations = [step["observation"] for step in trajectory["steps"]]
@@ -191,6 +207,14 @@ def test_every_tool_sub_command_through_the_api(
         EDITOR + "ERROR: Viewing non-Python files is disallowed for saving context. "
         "File '/testbed/answer.txt' is not a .py or .rst file."
     )
+    # "tools": {"shell": "persistent"}: cd, exports and functions carried over between steps.
+    assert persistent["tools"]["shell"] == "persistent"
+    assert persistent["status"] == "succeeded", service.logs()
+    assert [s["observation"] for s in persistent_steps] == [
+        BASH.format(code="0", out=""),
+        BASH.format(code="0", out="/testbed/output\n7\nhi\n"),
+        "<<< Finished >>>",
+    ]
     assert [f for f in scripted_llm.failures if f.startswith("e2e-")] == []
 
 

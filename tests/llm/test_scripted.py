@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from typing import Any
@@ -237,3 +238,16 @@ def test_demo_prompt_matches_the_script() -> None:
     assert "Catalan" in DEMO_PROMPT
     assert "/testbed/output/answer.txt" in DEMO_PROMPT
     assert "Catalan" in DEMO_SCRIPT.turns[0].content
+
+
+def test_connections_have_nagle_off(llm_server: ScriptedLLMServer) -> None:
+    """asyncio turns TCP_NODELAY on only for sockets whose proto is TCP; a listening socket
+    made with proto 0 left every reused connection waiting ~40 ms (Nagle + delayed ACK),
+    which inflated every scripted task and hid a per-request cost from the benchmarks."""
+    server = llm_server._server
+    assert server is not None
+    (listener,) = [sock for srv in server.servers for sock in srv.sockets]
+    assert listener.proto == socket.IPPROTO_TCP
+    with httpx.Client(base_url=llm_server.base_url) as client:
+        for _ in range(3):  # the same keep-alive connection, request after request
+            assert client.get("/models").status_code == 200

@@ -32,6 +32,8 @@ API_SERIES = {
     "sandhive_worker_busy",
     "sandhive_stream_clients",
     "sandhive_stream_feeds",
+    "sandhive_stream_clients_dropped_total",
+    "sandhive_live_events_dropped_total",
 }
 
 
@@ -109,6 +111,11 @@ def test_metrics_change_as_a_task_runs_and_logs_are_json(
     assert value(before, "sandhive_worker_slots_total", worker=worker_name(before)) == 2
     worker_before = wait_for(lambda: _try_scrape(worker_metrics), "the worker's /metrics")
     assert value(worker_before, "sandhive_worker_step_seconds_count") == 0
+    start_count = "sandhive_worker_sandbox_start_seconds_count"
+    assert ((start_count, (("source", "cold"),))) in worker_before, "present before any task"
+    assert value(worker_before, start_count, source="cold") == 0
+    assert ("sandhive_live_events_dropped_total", (("reason", "publish_failed"),)) in worker_before
+    assert ("sandhive_live_events_dropped_total", (("reason", "slow_client"),)) in before
 
     with httpx.Client(base_url=service.base_url, timeout=10) as client:
         response = client.post("/v1/tasks", json={"prompt": "go", "llm": {"model": "ops-metrics"}})
@@ -145,6 +152,10 @@ def test_metrics_change_as_a_task_runs_and_logs_are_json(
     assert value(worker_after, "sandhive_worker_attempts_total", end="done") == 1
     assert value(worker_after, "sandhive_worker_running_sandboxes") == 0
     assert value(worker_after, "sandhive_worker_tokens_total", kind="prompt") > 0
+    assert value(worker_after, start_count, source="cold") == 1  # no warm pool here
+    assert value(worker_after, start_count, source="warm") == 0
+    assert value(worker_after, "sandhive_worker_sandbox_start_seconds_sum", source="cold") > 0
+    assert value(worker_after, "sandhive_live_events_dropped_total", reason="publish_failed") == 0
 
     check_json_logs(service, task_id)
 

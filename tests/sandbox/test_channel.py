@@ -63,10 +63,10 @@ async def test_missing_interpreter_means_no_channel(sandbox: DockerSandbox) -> N
 
 
 async def test_lost_agent_falls_back_to_docker_exec(sandbox: DockerSandbox) -> None:
-    killed = await asyncio.gather(
-        sandbox.exec(["sh", "-c", "kill -9 $PPID; sleep 5"]), return_exceptions=True
-    )
-    assert killed[0] is not None  # the command in flight fails or returns, it never hangs
+    killed = await sandbox.exec(["sh", "-c", "echo before; kill -9 $PPID; sleep 5"])
+    # The command in flight returns (it never hangs or fails the task) and says why.
+    assert killed.exit_code == 126
+    assert b"command runner was stopped" in killed.stderr
     for _ in range(50):
         if not sandbox.uses_channel:
             break
@@ -74,6 +74,29 @@ async def test_lost_agent_falls_back_to_docker_exec(sandbox: DockerSandbox) -> N
     assert not sandbox.uses_channel
     done = await sandbox.exec(["sh", "-c", "echo still here"])
     assert done.stdout == b"still here\n"
+
+
+async def test_out_of_pids_fails_the_command_not_the_channel(make_sandbox: MakeSandbox) -> None:
+    box = await make_sandbox(pids_limit=64)
+    hog = asyncio.create_task(
+        box.exec(["sh", "-c", "for i in $(seq 200); do sleep 30 & done; wait"], timeout_s=20)
+    )
+    try:
+        starved = None
+        for _ in range(100):
+            starved = await box.exec(["true"])
+            if starved.exit_code == 126:
+                break
+            await asyncio.sleep(0.1)
+        assert starved is not None
+        assert starved.exit_code == 126, "the pids cap was never hit"
+        assert box.uses_channel, "the agent survived having no pids left"
+    finally:
+        hog.cancel()
+        await asyncio.gather(hog, return_exceptions=True)
+    assert box.uses_channel
+    done = await box.exec(["sh", "-c", "echo recovered"])
+    assert done.stdout == b"recovered\n"
 
 
 async def test_channel_can_be_turned_off(docker_image: str, test_labels: dict[str, str]) -> None:
@@ -112,3 +135,26 @@ async def test_channel_never_blocks_the_event_loop(
         loop.set_debug(False)
     assert len(big.stdout) == 3000001
     assert [r.getMessage() for r in caplog.records if "Executing" in r.getMessage()] == []
+
+
+async def test_linger_stops_reading_after_the_command_exits(sandbox: DockerSandbox) -> None:
+    """Output within the grace still counts; a job holding the pipes past it is not awaited."""
+    late = await sandbox.exec(["sh", "-c", "(sleep 0.2; echo late) & echo now"], linger_s=5)
+    assert (late.exit_code, late.stdout) == (0, b"now\nlate\n")
+    held = await sandbox.exec(
+        ["sh", "-c", "sleep 1014 & echo now; exit 2"], linger_s=0.2, timeout_s=60
+    )
+    assert (held.exit_code, held.stdout, held.timed_out) == (2, b"now\n", False)
+    await sandbox.exec(["pkill", "-f", "sleep 1014"])
+
+
+async def test_calls_to_one_shell_session_take_turns(sandbox: DockerSandbox) -> None:
+    async def call(command: str) -> bytes:
+        done = await sandbox.shell("turns", command, workdir="/testbed", timeout_s=30)
+        assert done is not None
+        return done.stdout
+
+    first, second = await asyncio.gather(
+        call("cd /tmp; sleep 0.3; echo first"), call("echo second; pwd")
+    )
+    assert (first, second) == (b"first\n", b"second\n/tmp\n")

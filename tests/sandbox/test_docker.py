@@ -177,6 +177,28 @@ async def test_put_files_round_trip(sandbox: DockerSandbox) -> None:
     assert listing.split() == ["./a.txt", "./nested/c", "./nested/deeper/b.bin"]
 
 
+async def test_put_files_without_the_channel_uses_the_archive_api(
+    docker_image: str, test_labels: dict[str, str]
+) -> None:
+    async with DockerHost(exec_channel=False) as host:
+        box = await host.create_sandbox(
+            SandboxConfig(image=docker_image, labels=test_labels, memory_mb=512)
+        )
+        try:
+            await box.put_files("/testbed/input", [("d/a.txt", b"direct\n")])
+            assert (await box.exec(["cat", "/testbed/input/d/a.txt"])).stdout == b"direct\n"
+        finally:
+            await box.remove()
+
+
+async def test_put_files_large_and_failing(sandbox: DockerSandbox) -> None:
+    big = bytes(range(256)) * (32 * 2**12)  # 32 MiB through the channel in one frame
+    await sandbox.put_files("/testbed/input", [("big.bin", big)])
+    assert await sh(sandbox, "wc -c < /testbed/input/big.bin") == f"{len(big)}\n"
+    with pytest.raises(SandboxError, match="cannot copy files to /usr/x"):
+        await sandbox.put_files("/usr/x", [("a.txt", b"1")])  # the image is read-only
+
+
 @pytest.mark.parametrize("name", ["../x", "/etc/x", "a//b"])
 async def test_put_files_rejects_unsafe_names(sandbox: DockerSandbox, name: str) -> None:
     with pytest.raises(ValueError, match="invalid relative path"):

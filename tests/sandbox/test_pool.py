@@ -99,7 +99,7 @@ class NullSink:
     async def step_started(self, index: int) -> None:
         return None
 
-    async def step_completed(self, step: Step) -> None:
+    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         self.steps.append(step)
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:

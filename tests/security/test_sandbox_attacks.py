@@ -310,7 +310,10 @@ def fork_bomb_script() -> Script:
     """S-01: a shell fork bomb, then a thread bomb, then a probe that repeats until the end."""
     return Script(
         turns=[
-            bash(":(){ :|:& };:"),
+            # The call returns 0.5 s after its shell exits and the bomb then dies of SIGPIPE
+            # on its fork errors; the sleep keeps it going until the command timeout, so
+            # the pids watcher (sampling every 0.5 s or so) sees the cap being held.
+            bash(":(){ :|:& };:; sleep 30"),
             bash(
                 "python3 -c 'import threading, time\nwhile True: "
                 "threading.Thread(target=time.sleep, args=(30,)).start()'"

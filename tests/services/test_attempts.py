@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from app.db import models
+from app.db.engine import create_engine, create_sessions
 from app.ids import utc_now
 from app.schemas import StepOut, UsageOut
 from app.services import attempts
@@ -142,3 +143,36 @@ async def test_housekeeping_reads(sessions: Sessions, redis: Redis) -> None:
     assert young not in found
     assert await attempts.task_states(sessions, [running, "tsk_nope"]) == {running: ("running", 2)}
     assert await attempts.cancel_requested(sessions, [queued, running]) == set()
+
+
+async def test_a_step_and_the_next_start_are_one_commit(clean_db: str, redis: Redis) -> None:
+    engine = create_engine(clean_db)
+    sessions = create_sessions(engine)
+    commits: list[object] = []
+    event.listen(engine.sync_engine, "commit", commits.append)
+    try:
+        task_id = await insert_task(sessions)
+        started = await start(sessions, redis, task_id)
+        assert started is not None
+        await attempts.step_started(sessions, redis, task_id, 1, 0)
+        before = len(commits)
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), next_index=1)
+        assert len(commits) - before == 1
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=1))
+        assert len(commits) - before == 2
+        types = await event_types(sessions, task_id)
+        # A newer attempt fences the combined write off whole: no half of it lands.
+        assert await start(sessions, redis, task_id) is not None
+        with pytest.raises(StaleAttempt):
+            await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=2), 3)
+        after = await event_types(sessions, task_id)
+    finally:
+        await engine.dispose()
+    assert types == [
+        "task.started",
+        "step.started",
+        "step.completed",
+        "step.started",
+        "step.completed",
+    ]
+    assert after == [*types, "task.started"]

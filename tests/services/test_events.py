@@ -220,6 +220,8 @@ async def test_a_slow_viewer_is_cut_off_and_the_others_keep_up(
             assert slow.cut_off.is_set()
             with pytest.raises(SlowConsumer):
                 await slow.next()
+            # 5 buffered + the one that overflowed + the 14 published after the cut.
+            assert small.losses() == {"slow_viewers": 1, "dropped_events": 20}
     finally:
         await small.aclose()
 

@@ -7,6 +7,7 @@ from redis.asyncio import Redis
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.metrics import REGISTRY
 from app.sandbox.docker import DockerHost
 from app.schemas import LLMOptions, TaskCreate
 from app.services import tasks
@@ -20,6 +21,15 @@ AGE = (
 )
 
 
+def started_from() -> dict[str, float]:
+    """Sandboxes handed to tasks so far by source (`sandhive_worker_sandbox_start_seconds`)."""
+    name = "sandhive_worker_sandbox_start_seconds_count"
+    return {
+        source: REGISTRY.get_sample_value(name, {"source": source}) or 0.0
+        for source in ("cold", "warm")
+    }
+
+
 async def test_second_task_gets_a_sandbox_started_before_it(
     settings: Settings, redis: Redis, scripted_llm: ScriptedLLMServer
 ) -> None:
@@ -30,6 +40,7 @@ async def test_second_task_gets_a_sandbox_started_before_it(
     config = settings.model_copy(update={"warm_pool_size": 1, "worker_concurrency": 1})
     engine = create_engine(config.database_url)
     sessions = create_sessions(engine)
+    before = started_from()
     try:
         ids = []
         for model in ("warm-first", "warm-second"):
@@ -44,6 +55,8 @@ async def test_second_task_gets_a_sandbox_started_before_it(
     first_age, second_age = (float(t.answer or "nan") for t in done)
     assert first_age < 2.5, "the first task of a shape starts cold"
     assert second_age >= 1.0, "the second got the sandbox pooled while the first ran"
+    after = started_from()
+    assert (after["cold"] - before["cold"], after["warm"] - before["warm"]) == (1, 1)
     async with DockerHost() as host:
         left = await host.list_sandboxes({"sandhive.instance": config.instance_name()})
     assert left == [], "the pool is removed when the worker stops"
