@@ -66,7 +66,8 @@ SANDBOX_START_SECONDS = Histogram(
 )
 LIVE_EVENTS_DROPPED = Counter(
     "sandhive_live_events_dropped",
-    "Live-only events that never reached followers, by reason (publish_failed here; the"
+    "Live-only events that never reached followers, by reason (publish_failed: Redis refused"
+    " it; backlog: the worker's writer was too far behind, Postgres or Redis being slow; the"
     " API's /metrics adds slow_client for viewers cut off by their full buffer).",
     ["reason"],
     registry=REGISTRY,
@@ -74,6 +75,7 @@ LIVE_EVENTS_DROPPED = Counter(
 for _source in ("warm", "cold"):  # every series shows from the first scrape, at 0
     SANDBOX_START_SECONDS.labels(_source)
 LIVE_EVENTS_DROPPED.labels("publish_failed")
+LIVE_EVENTS_DROPPED.labels("backlog")
 
 
 def observe_step(llm_ms: int, tool_ms: int, prompt_tokens: int, completion_tokens: int) -> None:

@@ -34,6 +34,9 @@ HEAD = struct.Struct(">II")
 MARK = "SANDHIVE_EXEC_ID"
 READY_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 15.0
+MAX_HEADER_BYTES = 64 * 1024
+MAX_PAYLOAD_BYTES = 1024 * 1024
+"""The agent sends output in chunks of at most 64 KiB; anything far bigger is forged."""
 Frame = tuple[dict[str, Any], bytes]
 log = logging.getLogger(__name__)
 _LIVE: set[ExecChannel] = set()
@@ -205,6 +208,10 @@ class ExecChannel:
                 buf += message.data
                 while len(buf) >= HEAD.size:
                     size, length = HEAD.unpack_from(buf)
+                    if size > MAX_HEADER_BYTES or length > MAX_PAYLOAD_BYTES:
+                        # Only a forged frame is this big (sandboxed code can write to the
+                        # agent's stdout): drop the channel rather than buffer it here.
+                        raise ValueError(f"oversized frame from the sandbox ({size}, {length})")
                     if len(buf) < HEAD.size + size + length:
                         break
                     header = json.loads(bytes(buf[HEAD.size : HEAD.size + size]))

@@ -301,7 +301,11 @@ def wait_status(session: Session, line: str, token: str) -> int | None:
         if not got:
             return None
         if got.startswith(prefix):
-            return int(got[len(prefix) :])
+            try:
+                return int(got[len(prefix) :])
+            except ValueError:  # the command wrote to the shell's status pipe: give it up
+                session.stop()
+                return None
 
 
 def marked(token: str) -> list[int]:

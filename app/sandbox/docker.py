@@ -69,6 +69,8 @@ kill "$!" 2>/dev/null
 exit "$rc"
 """
 # Like the reference runtime's setup_env: input/ and output/ exist, the workdir is a git repo.
+MAX_CHANNEL_OPENS = 4
+"""Exec-channel starts per sandbox: the first, and three after the agent was lost."""
 UNTAR_SCRIPT = 'mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1"'
 """Unpacks the tar on stdin (built by `build_tar`, so names are already checked) under $1."""
 SETUP_SCRIPT = 'mkdir -p "$1/input" "$1/output" && cd "$1" && { git init -q 2>/dev/null || true; }'
@@ -211,16 +213,40 @@ class DockerSandbox:
         self._host = host
         self._container = container
         self._channel: ExecChannel | None = None
+        self._channel_opens = 0 if host.exec_channel else MAX_CHANNEL_OPENS
+        self._opening = asyncio.Lock()
 
     @property
     def uses_channel(self) -> bool:
         """True while commands go through the exec channel rather than `docker exec`."""
         return self._channel is not None and self._channel.alive
 
+    async def _live_channel(self) -> ExecChannel | None:
+        """The exec channel, (re)started when it is not running; None: use `docker exec`.
+
+        A sandboxed command can kill the agent (`pkill python3`) or make it drop the
+        channel (a forged frame): the next command starts a new one, a few times per
+        sandbox, then the sandbox stays on `docker exec`. An image where the agent
+        cannot start at all (no python3) is not asked again.
+        """
+        if self._channel is not None and self._channel.alive:
+            return self._channel
+        async with self._opening:  # concurrent commands start one agent, not several
+            if self._channel is not None and self._channel.alive:
+                return self._channel
+            if self._channel_opens >= MAX_CHANNEL_OPENS:
+                return None
+            self._channel_opens += 1
+            if self._channel is not None:
+                await self._channel.close()
+            cap = self.config.output_cap_bytes
+            self._channel = await ExecChannel.open(self._container, cap)
+            if self._channel is None:
+                self._channel_opens = MAX_CHANNEL_OPENS
+            return self._channel
+
     async def setup(self) -> None:
         """mkdir input/ output/ and git init in the workdir, as the reference runtime does."""
-        if self._host.exec_channel:
-            self._channel = await ExecChannel.open(self._container, self.config.output_cap_bytes)
         done = await self.exec(
             ["sh", "-c", SETUP_SCRIPT, "sh", self.config.workdir],
             workdir="/",
@@ -244,9 +270,10 @@ class DockerSandbox:
         """Run argv to completion (or timeout_s), stdout and stderr kept apart."""
         if not argv:
             raise ValueError("argv must not be empty")
-        if self._channel is not None and self._channel.alive:
+        channel = await self._live_channel()
+        if channel is not None:
             with suppress(ChannelClosed):  # closed just now: nothing ran, use `docker exec`
-                return await self._channel.exec(
+                return await channel.exec(
                     argv,
                     workdir=workdir or self.config.workdir,
                     env=env,
@@ -291,10 +318,11 @@ class DockerSandbox:
         linger_s: float | None = None,
     ) -> ExecResult | None:
         """Run command in the channel agent's persistent bash; None without a channel."""
-        if self._channel is None or not self._channel.alive:
+        channel = await self._live_channel()
+        if channel is None:
             return None
         with suppress(ChannelClosed):
-            return await self._channel.shell(
+            return await channel.shell(
                 session,
                 command,
                 workdir=workdir,
@@ -358,6 +386,7 @@ class DockerSandbox:
 
     async def remove(self) -> None:
         """Force-remove the container; idempotent."""
+        self._channel_opens = MAX_CHANNEL_OPENS  # nothing may start an agent any more
         if self._channel is not None:
             await self._channel.close()
         await self._host.remove_container(self.id)

@@ -60,7 +60,8 @@ async def record_events(
     insert) happen only when it holds; None is returned as an empty list then.
     """
     # Core statements on the session's connection: the ORM's bulk paths cost more CPU
-    # than the round trips themselves, and nothing here needs the identity map.
+    # than the round trips themselves. So a Task loaded in this session keeps its old
+    # `last_seq`: read the seq from the database, never from that object.
     conn = await session.connection()
     table = TASKS
     bump = update(table).where(table.c.id == task_id)

@@ -71,7 +71,7 @@ def resolve_spec(body: TaskCreate, settings: Settings) -> TaskSpec:
         llm=_resolve_llm(body.llm, settings, problems),
         limits=_resolve_limits(body.limits, settings, problems),
         sandbox=_resolve_sandbox(body.sandbox, settings, problems),
-        tools=_resolve_tools(body.tools, settings),
+        tools=_resolve_tools(body.tools, settings, problems),
         **_resolve_prompt(body.prompt_config, settings, problems),
     )
     if problems:
@@ -105,8 +105,13 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
     )
 
 
-def _resolve_tools(tools: ToolsOptions, settings: Settings) -> ToolsOptions:
+def _resolve_tools(
+    tools: ToolsOptions, settings: Settings, problems: list[Problem]
+) -> ToolsOptions:
     """The multi-call policy made explicit: the task's, the server's, else the profile's."""
+    if tools.shell == "persistent" and not settings.sandbox_exec_channel:
+        msg = "a persistent shell needs the exec channel, which this server turned off"
+        problems.append(_problem(("tools", "shell"), msg, "not_available"))
     answer_all = tools.answer_all_tool_calls
     if answer_all is None:
         answer_all = settings.answer_all_tool_calls
@@ -326,6 +331,21 @@ async def submit_task(
     return task_out(task), True
 
 
+def stored_spec(spec: TaskSpec) -> dict[str, Any]:
+    """The spec as the row keeps it, readable by the previous release too.
+
+    Stored specs are parsed with the strict API models, which refuse unknown keys, and
+    old and new processes overlap during an upgrade (README "Upgrades"): a field a
+    release adds is written only when it asks for something the previous release did
+    not do, so rows of tasks that use no new option stay readable by it (and a rolled
+    back release fails only the tasks that need the new option).
+    """
+    stored = spec.model_dump(mode="json")
+    if spec.tools.shell == "fresh":  # added with the persistent shell
+        del stored["tools"]["shell"]
+    return stored
+
+
 def _new_task(
     tenant: str, body: TaskCreate, spec: TaskSpec, idempotency_key: str | None
 ) -> models.Task:
@@ -334,7 +354,7 @@ def _new_task(
         tenant_id=tenant,
         status=TaskStatus.queued,
         prompt=body.prompt,
-        spec=spec.model_dump(mode="json"),
+        spec=stored_spec(spec),
         meta=body.metadata,
         attempt=0,
         usage=UsageOut().model_dump(),

@@ -135,8 +135,10 @@ async def _run(
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
         return result
     finally:
-        await sink.close()
-        await model.aclose()
+        try:
+            await sink.close()
+        finally:
+            await model.aclose()
 
 
 async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt) -> None:

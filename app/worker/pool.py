@@ -165,6 +165,8 @@ class Worker:
                     await self._wait_for_slot()
                     continue
                 if self.readiness.docker_lost():  # not ready: leave tasks to other workers
+                    if burst and not self.busy:
+                        break  # a burst worker that can run nothing is done
                     await self._wait_for_slot()
                     continue
                 claim = await self._next_claim(ctx, burst=burst)

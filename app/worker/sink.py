@@ -5,7 +5,9 @@ its next model call at once, so a step's transaction (~5 ms here) overlaps the
 model's time instead of adding to it. Order is kept (durable and live events
 leave in the order the loop made them); a failed durable write (a stale attempt,
 Postgres down) is raised by the sink's next call, or by `flush`, which the worker
-awaits before it finishes the attempt. Every write is fenced by the attempt
+awaits (bounded) before it finishes the attempt. The price: an attempt that has
+gone stale learns it one step later than it would have (one more model call and
+command in its own sandbox, all of whose writes are refused). Every write is fenced by the attempt
 (`services.attempts`); the usage of the steps recorded so far is kept here, for
 an attempt that is stopped mid-way.
 """
@@ -28,6 +30,8 @@ from app.services import attempts, events
 
 MAX_BEHIND = 64
 """Writes the writer may lag behind the loop; past it a step waits (live events drop)."""
+FLUSH_TIMEOUT_S = 30.0
+"""How long the end of an attempt waits for its last writes (Postgres hanging, say)."""
 CLOSE_DRAIN_S = 10.0
 log = logging.getLogger(__name__)
 Write = Callable[[], Awaitable[None]]
@@ -67,28 +71,35 @@ class TaskSink:
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         if self._failed is not None or self._queue.qsize() >= MAX_BEHIND:
-            metrics.LIVE_EVENTS_DROPPED.labels("publish_failed").inc()
+            metrics.LIVE_EVENTS_DROPPED.labels("backlog").inc()
             return
         event = events.live_event(self.task_id, kind, data)  # stamped now, sent in order
         self._enqueue(lambda: self._publish_live(event))
 
-    async def flush(self) -> None:
-        """Wait until every write so far is done; raise the first durable write's failure."""
+    async def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Wait until every write so far is done; raise the first durable write's failure.
+
+        TimeoutError when the writes do not land within timeout_s: the attempt then
+        ends like one whose write failed (another attempt will run the task).
+        """
         if self._writer is not None:
-            await self._queue.join()
+            async with asyncio.timeout(timeout_s):
+                await self._queue.join()
         if self._failed is not None:
             raise self._failed
 
     async def close(self) -> None:
-        """Let the writer finish what it holds (bounded), then stop it; never raises."""
+        """Let the writer finish what it holds (bounded), then stop it, even when cancelled."""
         if self._writer is None:
             return
-        with suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_DRAIN_S):
-                await self._queue.join()
-        self._writer.cancel()
-        await asyncio.gather(self._writer, return_exceptions=True)
-        self._writer = None
+        try:
+            with suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_DRAIN_S):
+                    await self._queue.join()
+        finally:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+            self._writer = None
 
     async def _durable(self, write: Write) -> None:
         if self._failed is not None:

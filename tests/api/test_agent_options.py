@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.app import create_app
 from app.config import Settings
+from app.db import models
 from tests.api.conftest import assert_error, serve
 from tests.services.rows import insert_step, insert_task, plain_settings
 
@@ -153,6 +154,34 @@ async def test_a_persistent_shell_is_a_standard_only_option(api: httpx.AsyncClie
     assert error["details"][0]["loc"] == ["body", "tools", "shell"]
     assert "reference profile runs a fresh shell" in error["details"][0]["msg"]
     assert_error(await submit(api, tools={"shell": "sticky"}), 422, "invalid_input")
+
+
+async def test_a_persistent_shell_needs_the_exec_channel(clean_db: str, redis: Redis) -> None:
+    settings = plain_settings(clean_db, sandbox_exec_channel=False)
+    async with serve(create_app(settings)) as client:
+        error = assert_error(
+            await submit(client, tools={"shell": "persistent"}), 422, "invalid_input"
+        )
+        assert error["details"][0]["loc"] == ["body", "tools", "shell"]
+        assert (await submit(client)).status_code == 202
+
+
+async def test_stored_specs_stay_readable_by_the_previous_release(
+    api: httpx.AsyncClient, sessions: Sessions
+) -> None:
+    """The release before the persistent shell parsed `tools` with exactly these keys and
+    refused any other (README "Upgrades": old and new processes overlap)."""
+    previous_release_keys = {"profile", "answer_all_tool_calls"}
+    fresh = (await submit(api)).json()["id"]
+    kept = (await submit(api, tools={"shell": "persistent"})).json()["id"]
+    async with sessions() as session:
+        rows = {
+            task_id: (await session.get_one(models.Task, task_id)).spec["tools"]
+            for task_id in (fresh, kept)
+        }
+    assert set(rows[fresh]) == previous_release_keys
+    assert rows[kept]["shell"] == "persistent"  # only a task that needs the new option
+    assert (await api.get(f"/v1/tasks/{fresh}")).json()["tools"]["shell"] == "fresh"
 
 
 async def test_the_reference_trajectory_format(api: httpx.AsyncClient, sessions: Sessions) -> None:

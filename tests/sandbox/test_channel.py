@@ -15,6 +15,7 @@ from aiodocker.containers import DockerContainer
 
 from app.sandbox import DockerHost, DockerSandbox, SandboxConfig
 from app.sandbox.channel import ExecChannel
+from app.sandbox.docker import MAX_CHANNEL_OPENS
 from tests.sandbox.conftest import MakeSandbox
 
 
@@ -62,18 +63,35 @@ async def test_missing_interpreter_means_no_channel(sandbox: DockerSandbox) -> N
     assert await ExecChannel.open(container, 1024, interpreter="no-such-python") is None
 
 
-async def test_lost_agent_falls_back_to_docker_exec(sandbox: DockerSandbox) -> None:
-    killed = await sandbox.exec(["sh", "-c", "echo before; kill -9 $PPID; sleep 5"])
-    # The command in flight returns (it never hangs or fails the task) and says why.
-    assert killed.exit_code == 126
-    assert b"command runner was stopped" in killed.stderr
-    for _ in range(50):
-        if not sandbox.uses_channel:
-            break
-        await asyncio.sleep(0.1)
-    assert not sandbox.uses_channel
+async def test_a_lost_agent_is_replaced_a_few_times_then_docker_exec_takes_over(
+    sandbox: DockerSandbox,
+) -> None:
+    for _ in range(MAX_CHANNEL_OPENS - 1):
+        killed = await sandbox.exec(["sh", "-c", "echo before; kill -9 $PPID; sleep 5"])
+        # The command in flight returns (it never hangs or fails the task) and says why.
+        assert killed.exit_code == 126
+        assert b"command runner was stopped" in killed.stderr
+        done = await sandbox.exec(["sh", "-c", "echo still here"])
+        assert done.stdout == b"still here\n"
+        assert sandbox.uses_channel, "the next command started a new agent"
+        assert await agents_running(sandbox) == 1
+    await sandbox.exec(["sh", "-c", "kill -9 $PPID; sleep 5"])  # the last agent allowed
     done = await sandbox.exec(["sh", "-c", "echo still here"])
     assert done.stdout == b"still here\n"
+    assert not sandbox.uses_channel, "past the budget, commands go through docker exec"
+
+
+async def test_a_forged_oversized_frame_drops_the_channel_not_the_worker(
+    sandbox: DockerSandbox,
+) -> None:
+    # Sandboxed code writes a frame header announcing ~4 GB to the agent's stdout.
+    forged = "printf '\\000\\000\\000\\002\\377\\377\\377\\377' > /proc/$PPID/fd/1; sleep 5"
+    result = await sandbox.exec(["sh", "-c", forged])
+    assert result.exit_code == 126
+    assert b"command runner was stopped" in result.stderr
+    done = await sandbox.exec(["sh", "-c", "echo fine"])
+    assert done.stdout == b"fine\n"
+    assert await agents_running(sandbox) == 1
 
 
 async def test_out_of_pids_fails_the_command_not_the_channel(make_sandbox: MakeSandbox) -> None:
