@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,11 +22,12 @@ from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
 from app.config import Settings
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
+from app.prompt_configs import render_prompts
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, CollectedFile
-from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig
+from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
-from app.schemas import LLMSpec
+from app.schemas import LimitsSpec, LLMSpec, PromptSpec, SandboxSpec, ToolsOptions
 from app.states import FinishReason
 
 ANSWER_FILE = "answer.txt"
@@ -57,6 +58,49 @@ class EpisodeResult:
             if item.path == ANSWER_FILE:
                 return item.content[:max_bytes].decode("utf-8", errors="replace")
         return None
+
+
+def build_episode(
+    settings: Settings,
+    prompt: PromptSpec,
+    problem: str,
+    *,
+    limits: LimitsSpec,
+    tools: ToolsOptions,
+    sandbox: SandboxSpec,
+    labels: Mapping[str, str],
+    inputs: Sequence[tuple[str, bytes]] = (),
+) -> Episode:
+    """A task's episode from its resolved options: one mapping for the worker and `sandhive
+    run`, and the sandbox choices pass the server's allow-list (`sandbox_config`) here."""
+    workdir = settings.sandbox_workdir
+    system, user = render_prompts(prompt, problem)
+    return Episode(
+        agent=AgentSpec(
+            system_prompt=system,
+            user_prompt=user,
+            max_steps=limits.max_steps,
+            timeout_s=limits.timeout_s,
+            command_timeout_s=limits.command_timeout_s,
+            max_context_tokens=limits.max_context_tokens,
+            tools_profile=tools.profile,
+            tools_shell=tools.shell,
+            workdir=workdir,
+            answer_all_tool_calls=tools.answer_all_tool_calls,
+        ),
+        sandbox=sandbox_config(
+            sandbox_caps(settings),
+            labels=labels,
+            cpus=sandbox.cpus,
+            memory_mb=sandbox.memory_mb,
+            disk_mb=sandbox.disk_mb,
+            network=sandbox.network,
+            workdir=workdir,
+        ),
+        inputs=inputs,
+        input_dir=prompt.input_dir,
+        output_dir=prompt.output_dir,
+    )
 
 
 def collect_caps(settings: Settings) -> CollectCaps:

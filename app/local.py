@@ -17,14 +17,13 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from app.agent.types import AgentSpec, ChatModel, Step
+from app.agent.types import ChatModel, Step
 from app.config import Settings
-from app.episode import Episode, EpisodeResult, collect_caps, run_episode, sandbox_caps
-from app.prompt_configs import DEFAULT, render_prompts, resolve_prompt
+from app.episode import EpisodeResult, build_episode, collect_caps, run_episode
+from app.prompt_configs import DEFAULT, resolve_prompt
 from app.sandbox.docker import DockerHost
 from app.sandbox.files import CollectedFile
-from app.sandbox.policy import sandbox_config
-from app.schemas import PromptSpec
+from app.schemas import LimitsSpec, PromptSpec, SandboxSpec, ToolsOptions
 from app.trajectory_format import reference_trajectory
 
 
@@ -78,35 +77,32 @@ async def run_local(
 ) -> tuple[EpisodeResult, Path]:
     """Run one task locally and write its outputs; returns the result and the run folder."""
     workdir = settings.sandbox_workdir
-    prompt = run.prompt_config or resolve_prompt(DEFAULT, workdir=workdir)
-    system, user = render_prompts(prompt, run.prompt)
-    episode = Episode(
-        agent=AgentSpec(
-            system_prompt=system,
-            user_prompt=user,
+    episode = build_episode(
+        settings,
+        run.prompt_config or resolve_prompt(DEFAULT, workdir=workdir),
+        run.prompt,
+        limits=LimitsSpec(
             max_steps=run.max_steps,
             timeout_s=run.timeout_s,
             command_timeout_s=run.command_timeout_s,
             max_context_tokens=run.max_context_tokens,
-            tools_profile=run.tools_profile,
-            tools_shell=run.shell,
-            workdir=workdir,
-            answer_all_tool_calls=run.answer_all_tool_calls,
         ),
-        sandbox=sandbox_config(
-            sandbox_caps(settings),
-            labels={"sandhive.local": "1"},
+        tools=ToolsOptions(
+            profile=run.tools_profile,  # type: ignore[arg-type]
+            answer_all_tool_calls=run.answer_all_tool_calls,
+            shell=run.shell,  # type: ignore[arg-type]
+        ),
+        sandbox=SandboxSpec(
+            image=settings.sandbox_image,
+            network="none",
             cpus=settings.default_cpus,
             memory_mb=settings.default_memory_mb,
             disk_mb=settings.default_disk_mb,
-            network="none",
-            workdir=workdir,
         ),
+        labels={"sandhive.local": "1"},
         inputs=run.inputs,
-        input_dir=prompt.input_dir,
-        output_dir=prompt.output_dir,
     )
-    async with DockerHost() as host:
+    async with DockerHost(exec_channel=settings.sandbox_exec_channel) as host:
         result = await run_episode(
             host, model, episode, TerminalSink(console), collect_caps(settings)
         )

@@ -15,21 +15,19 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import logs
-from app.agent.types import AgentSpec
 from app.config import Settings
 from app.episode import (
     Episode,
     EpisodeResult,
+    build_episode,
     chat_model_for,
     collect_caps,
     run_episode,
-    sandbox_caps,
 )
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
-from app.prompt_configs import render_prompts, stored_prompt
+from app.prompt_configs import stored_prompt
 from app.sandbox import reaper
 from app.sandbox.docker import DockerHost
-from app.sandbox.policy import sandbox_config
 from app.sandbox.pool import WarmPool
 from app.schemas import UsageOut
 from app.services import attempts
@@ -154,35 +152,17 @@ async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt)
 
 
 def episode_for(ctx: WorkerContext, started: StartedAttempt) -> Episode:
-    spec, workdir = started.spec, ctx.settings.sandbox_workdir
-    prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=workdir)
-    system, user = render_prompts(prompt, started.prompt)
-    labels = reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name)
-    return Episode(
-        agent=AgentSpec(
-            system_prompt=system,
-            user_prompt=user,
-            max_steps=spec.limits.max_steps,
-            timeout_s=spec.limits.timeout_s,
-            command_timeout_s=spec.limits.command_timeout_s,
-            max_context_tokens=spec.limits.max_context_tokens,
-            tools_profile=spec.tools.profile,
-            tools_shell=spec.tools.shell,
-            workdir=workdir,
-            answer_all_tool_calls=spec.tools.answer_all_tool_calls,
-        ),
-        sandbox=sandbox_config(  # the allow-list check between a task and Docker
-            sandbox_caps(ctx.settings),
-            labels=labels,
-            cpus=spec.sandbox.cpus,
-            memory_mb=spec.sandbox.memory_mb,
-            disk_mb=spec.sandbox.disk_mb,
-            network=spec.sandbox.network,
-            workdir=workdir,
-        ),
+    spec = started.spec
+    prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=ctx.settings.sandbox_workdir)
+    return build_episode(
+        ctx.settings,
+        prompt,
+        started.prompt,
+        limits=spec.limits,
+        tools=spec.tools,
+        sandbox=spec.sandbox,
+        labels=reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name),
         inputs=started.inputs,
-        input_dir=prompt.input_dir,
-        output_dir=prompt.output_dir,
     )
 
 
