@@ -27,7 +27,7 @@ from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
-from app.services.events import TASK_FINISHED, publish_all, record_event, record_events
+from app.services.events import TASK_FINISHED, publish, record_event, record_events
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
 async def publish_quietly(redis: Redis, events: Sequence[EventOut]) -> None:
     """Tell live followers; a Redis outage only delays them (they catch up from Postgres)."""
     try:
-        await publish_all(redis, events)
+        await publish(redis, *events)
     except (RedisError, OSError) as exc:
         log.warning("could not publish events of %s: %r", events[0].task_id, exc)
 

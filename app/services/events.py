@@ -95,20 +95,14 @@ def live_event(task_id: str, type_: str, data: Mapping[str, Any]) -> EventOut:
     return EventOut(seq=None, type=type_, ts=utc_now(), task_id=task_id, data=dict(data))
 
 
-async def publish(redis: Redis, event: EventOut) -> None:
-    """Send an event to live followers; call only after its transaction committed."""
-    await publish_all(redis, [event])
-
-
-async def publish_all(redis: Redis, events: Sequence[EventOut]) -> None:
-    """Send events (of one task, in order) to live followers in one Redis round trip."""
+async def publish(redis: Redis, *events: EventOut) -> None:
+    """Send events (of one task, in order) to live followers in one Redis round trip;
+    durable ones only after their transaction committed."""
     if not events:
         return
-    task_id = events[0].task_id
     finished = any(event.type == TASK_FINISHED for event in events)
-    await live.publish(
-        redis, task_id, [event.model_dump_json() for event in events], expire=finished
-    )
+    payloads = [event.model_dump_json() for event in events]
+    await live.publish(redis, events[0].task_id, payloads, expire=finished)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,44 @@
-"""A Redis server of this package's own (real, private), so no other test flushing DB 15 interferes.
+"""Fixtures of the worker tests.
 
-The fixtures live in `tests.support.private_redis_fixtures` (shared with the
-other package that needs one); importing them here scopes them to this package.
+A Redis server of this package's own (real, private), so no other test flushing DB 15
+interferes: those fixtures live in `tests.support.private_redis_fixtures` (shared with
+the other package that needs one); importing them here scopes them to this package.
 """
 
 from __future__ import annotations
 
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessions
+from app.sandbox.docker import DockerHost
+from app.worker.attempt import WorkerContext
 from tests.support.private_redis_fixtures import private_redis_url, redis, settings
 
-__all__ = ["private_redis_url", "redis", "settings"]
+__all__ = ["ctx", "made", "private_redis_url", "redis", "settings"]
+
+
+@pytest.fixture
+def made() -> Iterator[list[str]]:
+    """Ids of containers a test starts; all removed afterwards, whatever happened."""
+    ids: list[str] = []
+    yield ids
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+@pytest.fixture
+async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
+    """A worker's context with fast heartbeats and leases and an instance of its own."""
+    config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
+    engine = create_engine(config.database_url)
+    async with DockerHost() as docker:
+        yield WorkerContext(
+            config, create_sessions(engine), redis, docker, "w-me", f"test-{uuid.uuid4().hex[:8]}"
+        )
+    await engine.dispose()

@@ -4,40 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import uuid
-from collections.abc import AsyncIterator, Iterator
-
-import pytest
-from redis.asyncio import Redis
 
 from app.bus import leases
-from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from app.sandbox.docker import DockerHost
 from app.sandbox.reaper import labels_for
 from app.worker.attempt import WorkerContext
 from app.worker.reaping import reap
 from tests.services.rows import insert_task
-
-
-@pytest.fixture
-def made() -> Iterator[list[str]]:
-    """Ids of containers a test starts; all removed afterwards, whatever happened."""
-    ids: list[str] = []
-    yield ids
-    if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
-
-
-@pytest.fixture
-async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
-    config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
-    engine = create_engine(config.database_url)
-    async with DockerHost() as docker:
-        yield WorkerContext(
-            config, create_sessions(engine), redis, docker, "w-me", f"reap-{uuid.uuid4().hex[:8]}"
-        )
-    await engine.dispose()
 
 
 def start_container(made: list[str], image: str, labels: dict[str, str]) -> str:

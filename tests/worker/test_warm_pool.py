@@ -7,38 +7,11 @@ the reaper must judge them by their worker alone.
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import AsyncIterator, Iterator
-
-import pytest
-from redis.asyncio import Redis
 
 from app.bus import leases
-from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from app.sandbox.docker import DockerHost
 from app.sandbox.pool import pool_labels
 from app.worker.attempt import WorkerContext
 from app.worker.reaping import reap
-
-
-@pytest.fixture
-def made() -> Iterator[list[str]]:
-    ids: list[str] = []
-    yield ids
-    if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
-
-
-@pytest.fixture
-async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
-    config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
-    engine = create_engine(config.database_url)
-    async with DockerHost() as docker:
-        yield WorkerContext(
-            config, create_sessions(engine), redis, docker, "w-me", f"pool-{uuid.uuid4().hex[:8]}"
-        )
-    await engine.dispose()
 
 
 def start_pooled(made: list[str], image: str, instance: str, worker: str) -> str:
