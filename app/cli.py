@@ -51,17 +51,13 @@ def serve(
 
     from app import logs
     from app.api.app import create_app
+    from app.api.server import server_options
 
     settings = Settings()
     logs.setup(settings.log_format, settings.log_level)
+    # Head deadline, connection cap, WebSocket message cap: app/api/server.py.
     uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level="info",
-        log_config=None,  # logs.setup's handler, format and redaction
-        ws_max_size=64 * 2**10,  # clients send only control frames; uvicorn's default is 16 MiB
-        timeout_graceful_shutdown=10,  # an open SSE response must not hold up SIGTERM forever
+        create_app(settings), host=host, port=port, log_level="info", **server_options(settings)
     )
 
 

@@ -7,6 +7,7 @@ instance. Deep code receives the values it needs, not the whole object.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import tomllib
 from pathlib import Path
@@ -104,6 +105,9 @@ class Settings(BaseSettings):
     artifact_max_files: int = Field(default=1000, ge=0)
     artifact_max_file_bytes: int = Field(default=20 * 2**20, ge=1)
     artifact_max_total_bytes: int = Field(default=100 * 2**20, ge=1)
+    artifact_collect_grace_s: float = Field(default=5.0, gt=0)
+    """Time the output collection still gets when the task's wall clock ran out (so partial
+    output is kept); the task ends at most this long after its timeout_s."""
     answer_max_bytes: int = Field(default=64 * 2**10, ge=1)
 
     # Live event streams (issue 3), per API process. See README "Watching tasks live".
@@ -142,6 +146,13 @@ class Settings(BaseSettings):
     rate_limit_per_s: float = Field(default=20.0, ge=0)
     """Sustained /v1 requests per second per tenant (0: no rate limit)."""
     rate_limit_burst: int = Field(default=100, ge=1)
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection whose request line and headers are not complete this long after it opened
+    (or after the previous response) is closed: slowloris and silent sockets."""
+    api_max_connections: int = Field(default=500, ge=2)
+    """Open connections (WebSockets included) one API process serves; past it: 503."""
+    stream_max_per_tenant: int = Field(default=200, ge=1)
+    """Open WebSocket + SSE streams per tenant, all API processes together (4429 / 429)."""
 
     @field_validator("sandbox_egress_allow", "allowed_origins", mode="before")
     @classmethod
@@ -152,6 +163,20 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    @field_validator("sandbox_egress_allow")
+    @classmethod
+    def _ipv4_cidrs(cls, value: list[str]) -> list[str]:
+        """Refused at start-up, not when the first egress task fails: names and IPv6 are
+        not supported (the firewall matches IPv4 addresses; the egress network has no IPv6)."""
+        for item in value:
+            try:
+                network = ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"not an IPv4 address or CIDR: {item!r}") from None
+            if network.version != 4:
+                raise ValueError(f"only IPv4 CIDRs are supported, got {item!r}")
         return value
 
     # Reliability (issue 4): leases, reclaim, reconciliation, reaping, shutdown, backpressure.

@@ -28,11 +28,9 @@ from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
 from app.schemas import LimitsSpec, LLMSpec, PromptSpec, SandboxSpec, ToolsOptions
-from app.states import FinishReason
+from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
-COLLECT_GRACE_S = 5.0
-"""Time the output collection still gets when the loop used up the task's wall clock."""
 FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
 
@@ -44,6 +42,9 @@ class Episode:
     inputs: Sequence[tuple[str, bytes]] = ()
     input_dir: str = "/testbed/input"
     output_dir: str = "/testbed/output"
+    collect_grace_s: float = 5.0
+    """Time the output collection still gets when the loop used up the task's wall clock
+    (`artifact_collect_grace_s`, filled in by `build_episode`)."""
 
 
 @dataclass
@@ -100,6 +101,7 @@ def build_episode(
         inputs=inputs,
         input_dir=prompt.input_dir,
         output_dir=prompt.output_dir,
+        collect_grace_s=settings.artifact_collect_grace_s,
     )
 
 
@@ -165,19 +167,22 @@ async def run_episode(
     caps: CollectCaps,
     stop: asyncio.Event | None = None,
     pool: WarmPool | None = None,
+    used_s: float = 0.0,
 ) -> EpisodeResult:
     """Create the sandbox, run the loop, collect /testbed/output, always remove the sandbox.
 
     The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
-    the loop and the collection (which still gets COLLECT_GRACE_S after a timeout,
-    so partial output is kept). Setting `stop` ends the loop at once (a cancel);
+    the loop and the collection (which still gets `collect_grace_s` after a timeout,
+    so partial output is kept). It is the task's, not the attempt's: `used_s` is
+    what earlier attempts already spent of it (since the first one started), and
+    this one gets the rest. Setting `stop` ends the loop at once (a cancel);
     the output so far is still collected. With a warm `pool`, a ready sandbox of the
     same shape is used when there is one (it is removed afterwards all the same).
     The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
     """
     box: DockerSandbox | None = None
     result = EpisodeResult(outcome=Outcome(finish_reason=FinishReason.sandbox_error))
-    deadline = _Deadline(episode.agent.timeout_s)
+    deadline = _Deadline(episode.agent.timeout_s, used_s)
     try:
         async with asyncio.timeout(deadline.left()):
             asked = time.monotonic()
@@ -189,7 +194,9 @@ async def run_episode(
             metrics.observe_sandbox_start(time.monotonic() - asked, warm=warm)
         agent = replace(episode.agent, timeout_s=deadline.left())
         result.outcome = await _run_until_stopped(run_agent(agent, box, model, sink), stop)
-        async with asyncio.timeout(deadline.left(at_least=COLLECT_GRACE_S)):
+        if result.outcome.finish_reason is FinishReason.timeout:  # the limit, not what was left
+            result.outcome.error = timeout_error(episode.agent.timeout_s)
+        async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
             collected = await box.collect(episode.output_dir, caps)
         result.files, result.skipped = collected.files, collected.skipped
     except SandboxError as exc:
@@ -197,7 +204,7 @@ async def run_episode(
         result.outcome.error = exc.message
     except TimeoutError:
         result.outcome.finish_reason = FinishReason.timeout
-        result.outcome.error = f"task exceeded its timeout of {episode.agent.timeout_s} s"
+        result.outcome.error = timeout_error(episode.agent.timeout_s)
     finally:
         if box is not None:
             await _remove_quietly(box)
@@ -205,10 +212,14 @@ async def run_episode(
 
 
 class _Deadline:
-    """The task's wall clock, started when the episode starts (None: no limit)."""
+    """The task's wall clock: what is left of `timeout_s` once `used_s` is spent (None: no limit).
 
-    def __init__(self, timeout_s: float | None) -> None:
-        self._at = None if timeout_s is None else time.monotonic() + timeout_s
+    Monotonic from the episode's start on; `used_s` (earlier attempts, read from
+    Postgres timestamps) is the only wall-clock part.
+    """
+
+    def __init__(self, timeout_s: float | None, used_s: float = 0.0) -> None:
+        self._at = None if timeout_s is None else time.monotonic() + timeout_s - used_s
 
     def left(self, at_least: float = 0.0) -> float | None:
         return None if self._at is None else max(self._at - time.monotonic(), at_least)

@@ -38,3 +38,8 @@ def status_for(reason: FinishReason) -> TaskStatus:
     if reason is FinishReason.cancelled:
         return TaskStatus.cancelled
     return TaskStatus.failed
+
+
+def timeout_error(timeout_s: float | None) -> str:
+    """The `error` of a task ended by its `timeout_s`, wherever the clock ran out."""
+    return f"task exceeded its timeout of {timeout_s} s"

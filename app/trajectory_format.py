@@ -6,7 +6,9 @@ A leaf module (stdlib only): `sandhive run` writes it next to `files/`, and
 Exactly the package's keys: `problem_statement`, `steps[{thought,
 reasoning_content, action{function, parameters}, observation, metadata{step,
 exec_time}}]`, `metadata{total_steps}`; `exec_time` is the LLM call's seconds,
-as in the package (tool time is in Sandhive's own trajectory format).
+as in the package (tool time is in Sandhive's own trajectory format), and
+`step` counts from 1 as the package's does (`step_count + 1` in its agent.py),
+while Sandhive's own step indexes start at 0.
 """
 
 from __future__ import annotations
@@ -63,5 +65,6 @@ def reference_step(step: StepLike) -> dict[str, Any]:
             "parameters": action.arguments if action is not None else {},
         },
         "observation": step.observation,
-        "metadata": {"step": step.index, "exec_time": step.llm_ms / 1000},
+        # The package records step_count + 1: its first step is 1, ours is index 0.
+        "metadata": {"step": step.index + 1, "exec_time": step.llm_ms / 1000},
     }

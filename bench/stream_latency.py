@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/stream_latency.py [--steps 200] [--interval 0.05] [--viewers 1 100]
 
-What it measures: a writer process records `step.completed` events the way the
-worker does (commit to Postgres, then publish to Redis) and stamps each with
-the wall-clock time just before the commit; the viewers, WebSocket clients of
-a real `sandhive serve` process, note when each step reaches them. Latency =
+What it measures: a writer process runs a task's steps through the worker's own
+path (`start_attempt`, then the worker's `TaskSink`: one fenced transaction per
+step via `attempts.save_step`, committed to Postgres, then published to Redis)
+and stamps each step with the wall-clock time at which it hands the step to the
+sink, as the agent loop does; the viewers, WebSocket clients of a real
+`sandhive serve` process, note when each `step.completed` reaches them. Latency =
 arrival - stamp, over every (viewer, step) pair; median and p99 are printed.
 
 Needs Postgres and Redis like the tests: it creates (and drops) a scratch
@@ -116,18 +118,18 @@ async def run_all(database_url: str, args: argparse.Namespace) -> None:
         base_url = f"http://127.0.0.1:{port}"
         await wait_ready(base_url)
         report(f"{args.steps} steps, one every {args.interval * 1000:.0f} ms, per run")
-        report("ms from the writer starting to commit a step to a viewer receiving it;")
-        report("commit = the writer's Postgres transaction alone (part of that latency)")
+        report("ms from the worker's sink getting a step to a viewer receiving it;")
+        report("write = the sink's transaction + publish alone (part of that latency)")
         report(
             f"{'viewers':>8} {'samples':>8} {'median':>8} {'p99':>8} {'max':>8}"
-            f" {'commit median':>14} {'commit p99':>11}"
+            f" {'write median':>14} {'write p99':>11}"
         )
         for viewers in args.viewers:
-            latencies, commits = await one_run(base_url, env, viewers, args)
+            latencies, writes = await one_run(base_url, env, viewers, args)
             report(
                 f"{viewers:>8} {len(latencies):>8} {statistics.median(latencies):>8.1f}"
                 f" {p99(latencies):>8.1f} {max(latencies):>8.1f}"
-                f" {statistics.median(commits):>14.1f} {p99(commits):>11.1f}"
+                f" {statistics.median(writes):>14.1f} {p99(writes):>11.1f}"
             )
     finally:
         api.terminate()
@@ -168,7 +170,7 @@ async def wait_ready(base_url: str) -> None:
 async def one_run(
     base_url: str, env: dict[str, str], viewers: int, args: argparse.Namespace
 ) -> tuple[list[float], list[float]]:
-    """Latencies in ms of every step at every viewer, and the writer's commit times."""
+    """Latencies in ms of every step at every viewer, and the writer's write times."""
     async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
         created = await client.post("/v1/tasks", json={"prompt": "latency benchmark"})
         created.raise_for_status()
@@ -191,8 +193,8 @@ async def one_run(
     )
     out, _ = await writer.communicate()
     results = await asyncio.gather(*watchers)
-    commits = json.loads(out)["commit_ms"]
-    return [latency for result in results for latency in result], commits
+    writes = json.loads(out)["write_ms"]
+    return [latency for result in results for latency in result], writes
 
 
 async def watch(url: str, following: asyncio.Event) -> list[float]:
@@ -213,27 +215,60 @@ async def watch(url: str, following: asyncio.Event) -> list[float]:
 
 
 async def write_steps(task_id: str, steps: int, interval: float) -> None:
-    """The writer: commit, then publish, like the worker's sink; stamped before the commit."""
+    """The writer: the worker's own path for a task's steps, stamped as each is handed over.
+
+    Like `app.worker.attempt`: `start_attempt` makes the task running as attempt 1,
+    a `TaskSink` records the steps (the agent loop's calls: `step_started(0)`, then
+    `step_completed(step, next_index)`, each one fenced transaction, published after
+    the commit, written behind by the sink's writer task), then `finish_task`. The
+    stamp is taken when the step is handed to the sink, as the loop does.
+    """
+    from app.agent.types import Action, Step
     from app.db.engine import create_engine, create_sessions
-    from app.services import events
+    from app.ids import utc_now
+    from app.services import attempts
+    from app.states import FinishReason
+    from app.worker.sink import TaskSink
 
     engine = create_engine(os.environ["SANDHIVE_DATABASE_URL"])
     sessions = create_sessions(engine)
     redis = Redis.from_url(os.environ["SANDHIVE_REDIS_URL"])
-    commit_ms: list[float] = []
+    write_ms: list[float] = []
     try:
-        for index in range(steps):
-            stamp = time.time()
-            step = {"index": index, "attempt": 1, "observation": f"{stamp:.6f} {FILLER}"}
-            async with sessions.begin() as session:
-                event = await events.record_event(session, task_id, "step.completed", step)
-            commit_ms.append((time.time() - stamp) * 1000)
-            await events.publish(redis, event)
-            await asyncio.sleep(interval)
-        async with sessions.begin() as session:
-            finished = await events.record_event(session, task_id, events.TASK_FINISHED, {})
-        await events.publish(redis, finished)
-        sys.stdout.write(json.dumps({"commit_ms": commit_ms}))
+        started = await attempts.start_attempt(
+            sessions, redis, task_id, "bench-writer", max_attempts=1
+        )
+        if started is None or started.attempt != 1:
+            raise RuntimeError(f"{task_id} did not start as attempt 1: {started}")
+        sink = TaskSink(sessions, redis, task_id, started.attempt)
+        try:
+            await sink.step_started(0)
+            for index in range(steps):
+                stamp = time.time()
+                step = Step(
+                    index=index,
+                    started_at=utc_now(),
+                    thought="Run the next command.",
+                    action=Action("bash", {"command": f"echo {index}"}),
+                    observation=f"{stamp:.6f} {FILLER}",
+                    exit_code=0,
+                    llm_ms=40,
+                    tool_ms=10,
+                    prompt_tokens=1200,
+                    completion_tokens=40,
+                )
+                await sink.step_completed(step, index + 1 if index + 1 < steps else None)
+                # Not what the worker does per step, but at this pace the sink's queue is
+                # empty by the next step anyway: it times the write (commit + publish).
+                await sink.flush()
+                write_ms.append((time.time() - stamp) * 1000)
+                await asyncio.sleep(interval)
+            await sink.flush()
+        finally:
+            await sink.close()
+        end = attempts.TaskEnd(FinishReason.submitted, answer="done", usage=sink.usage)
+        await attempts.finish_task(sessions, redis, task_id, started.attempt, end)
+        sys.stdout.write(json.dumps({"write_ms": write_ms}))
     finally:
         await redis.aclose()
         await engine.dispose()

@@ -11,7 +11,8 @@ log() { printf '\n== %s\n' "$*"; }
 need_pkgs=()
 command -v dockerd >/dev/null || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
-command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
+pg_installed=0  # 1: this run installs PostgreSQL, so its fresh pg_hba.conf is ours to adjust
+command -v pg_ctlcluster >/dev/null || { need_pkgs+=(postgresql); pg_installed=1; }
 command -v redis-server >/dev/null || need_pkgs+=(redis-server)
 # The egress sandboxes' firewall (iptables-restore) and the network tests (ss, ip).
 command -v iptables-restore >/dev/null || need_pkgs+=(iptables)
@@ -23,6 +24,28 @@ if ((${#need_pkgs[@]})); then
     log "installing ${need_pkgs[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# Debian's fresh pg_hba.conf wants a password (scram-sha-256) on 127.0.0.1 and ::1, but the
+# psql below and the default SANDHIVE_DATABASE_URL (postgresql+asyncpg://postgres@127.0.0.1:5432/
+# sandhive) carry none. So, only for a PostgreSQL this run installed, trust the `postgres` role on
+# loopback (first match wins, hence prepended), as on the CI machines. A PostgreSQL that was
+# already here keeps its own rules; the marker keeps a re-run from adding the lines twice.
+pg_hba_marker="# added by sandhive deploy/setup-host.sh on a fresh install"
+pg_hba_changed=0
+if ((pg_installed)); then
+    for hba in /etc/postgresql/*/main/pg_hba.conf; do
+        [ -f "$hba" ] && ! grep -qF "$pg_hba_marker" "$hba" || continue
+        log "trusting the postgres role on loopback in $hba"
+        {
+            printf 'host all postgres 127.0.0.1/32 trust  %s\n' "$pg_hba_marker"
+            printf 'host all postgres ::1/128 trust  %s\n' "$pg_hba_marker"
+            cat "$hba"
+        } >"$hba.sandhive-new"
+        cat "$hba.sandhive-new" >"$hba" # in place: keeps the file's owner and mode
+        rm -f "$hba.sandhive-new"
+        pg_hba_changed=1
+    done
 fi
 
 if ! docker info >/dev/null 2>&1; then
@@ -40,6 +63,9 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     log "starting PostgreSQL"
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
     for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+elif ((pg_hba_changed)); then
+    log "reloading PostgreSQL (pg_hba.conf)"  # the package's install started it with the old rules
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main reload
 fi
 
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then

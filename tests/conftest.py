@@ -83,7 +83,12 @@ def sandbox_audit() -> Iterator[SandboxAuditor]:
     yield auditor
     auditor.stop()
     if auditor.violations:
-        pytest.fail(f"sandboxes weaker than the policy: {auditor.violations}", pytrace=False)
+        pytest.fail(
+            f"sandboxes weaker than the policy: {auditor.violations} (the watcher sees every "
+            "Sandhive container on this Docker host: code that makes sandboxes outside a "
+            "deployment must label them sandhive.test, sandhive.bench or sandhive.local)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,8 @@
-"""The package's trajectory.json schema, from the agent's steps and from the API's steps."""
+"""The package's trajectory.json schema, from the agent's steps and from the API's steps.
+
+metadata.step follows the package's rule (agent.py: `"step": step_count + 1`), so
+our step index 0 is the package's step 1.
+"""
 
 from __future__ import annotations
 
@@ -17,14 +21,14 @@ EXPECTED = {
             "reasoning_content": "Easy.",
             "action": {"function": "execute_bash", "parameters": {"command": "echo 42"}},
             "observation": "Exit code: 0\n...",
-            "metadata": {"step": 0, "exec_time": 1.25},
+            "metadata": {"step": 1, "exec_time": 1.25},
         },
         {
             "thought": "I forgot the tool.",
             "reasoning_content": "",
             "action": {"function": "", "parameters": {}},
             "observation": "nudge",
-            "metadata": {"step": 1, "exec_time": 0.0},
+            "metadata": {"step": 2, "exec_time": 0.0},
         },
     ],
     "metadata": {"total_steps": 2},

@@ -172,12 +172,11 @@ def slice_range(lines: list[str], view_range: tuple[int, int]) -> tuple[list[str
     return (lines[start - 1 :] if end == -1 else lines[start - 1 : end]), start
 
 
-def edit_snippet(new_text: str, line: int, added_newlines: int) -> tuple[str, int]:
+def edit_snippet(lines: list[str], line: int, added_newlines: int) -> tuple[list[str], int]:
     """The lines around a replacement starting at 0-based `line`, and the first number."""
-    lines = new_text.split("\n")
     first = max(0, line - SNIPPET_LINES)
     last = line + SNIPPET_LINES + added_newlines
-    return "\n".join(lines[first : last + 1]), first + 1
+    return lines[first : last + 1], first + 1
 
 
 def count_matches(path: str, text: str, old: str) -> None:
@@ -266,8 +265,8 @@ class ReferenceEditor:
         line = text.split(old)[0].count("\n")
         new_text = text.replace(old, new, 1)
         await self.write(path, new_text)
-        snippet, start = edit_snippet(new_text, line, new.count("\n"))
-        body = self.make_output(snippet, f"a snippet of {path}", start)
+        snippet, start = edit_snippet(new_text.split("\n"), line, new.count("\n"))
+        body = self.make_output("\n".join(snippet), f"a snippet of {path}", start)
         return f"The file {path} has been edited. {body}{REVIEW_EDIT}"
 
     async def insert(self, path: str, args: Mapping[str, Any]) -> str:
@@ -320,6 +319,12 @@ class StandardEditor:
     def make_output(self, text: str, descriptor: str, start: int = 1) -> str:
         lines = text_lines(clip(text)) or [""]
         return view_header(descriptor) + numbered(lines, start) + "\n"
+
+    def snippet_output(self, lines: list[str], descriptor: str, start: int) -> str:
+        """Numbered file lines as they are: a blank last line of the snippet is a real
+        line of the file and is shown (only a whole text's final newline adds none)."""
+        shown = clip("\n".join(lines)).split("\n")
+        return view_header(descriptor) + numbered(shown, start) + "\n"
 
     async def read(self, path: str) -> str:
         """The exact text of an existing regular file, or an error for the model."""
@@ -402,8 +407,9 @@ class StandardEditor:
         new_text = text.replace(old, new, 1)
         await self.write(path, new_text)
         self.history.push(path, text)
-        snippet, start = edit_snippet(new_text, line, new.count("\n"))
-        body = self.make_output(snippet, f"a snippet of {path}", start)
+        # Context from the file's real lines: its final newline adds no empty line.
+        snippet, start = edit_snippet(text_lines(new_text), line, new.count("\n"))
+        body = self.snippet_output(snippet, f"a snippet of {path}", start)
         return f"The file {path} has been edited. {body}{REVIEW_EDIT}"
 
     async def insert(self, path: str, args: Mapping[str, Any]) -> str:
@@ -422,7 +428,7 @@ class StandardEditor:
         snippet = (
             lines[max(0, at - SNIPPET_LINES) : at] + new_lines + lines[at : at + SNIPPET_LINES]
         )
-        body = self.make_output("\n".join(snippet), "a snippet of the edited file", max(1, at - 3))
+        body = self.snippet_output(snippet, "a snippet of the edited file", max(1, at - 3))
         return f"The file {path} has been edited. {body}{REVIEW_INSERT}"
 
     async def undo_edit(self, path: str, args: Mapping[str, Any]) -> str:

@@ -41,7 +41,7 @@ from app.agent.types import (
 )
 from app.errors import LLMError, SandboxError
 from app.ids import utc_now
-from app.states import FinishReason
+from app.states import FinishReason, timeout_error
 
 SKIPPED_CALL = "Error: only the first tool call of a turn is executed; this call was not run."
 UNUSABLE_CALL = "Error: this tool call has no usable name or arguments; it was not run."
@@ -66,7 +66,7 @@ async def run_agent(spec: AgentSpec, box: Sandbox, model: ChatModel, sink: Event
         async with asyncio.timeout(spec.timeout_s):
             await _loop(spec, box, model, sink, outcome)
     except TimeoutError:
-        _finish(outcome, FinishReason.timeout, f"task exceeded its timeout of {spec.timeout_s} s")
+        _finish(outcome, FinishReason.timeout, timeout_error(spec.timeout_s))
     except LLMError as exc:
         _finish(outcome, FinishReason.llm_error, exc.message)
     except SandboxError as exc:

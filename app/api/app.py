@@ -6,6 +6,7 @@ through lifespan state; nothing lives in module globals.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -30,7 +31,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, object]]:
         async with open_resources(settings) as res, stream.open_hub(res) as hub:
-            yield {"res": res, "hub": hub}
+            yield {"res": res, "hub": hub, stream.STOPPING: asyncio.Event()}
 
     app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)
     errors.install(app)

@@ -2,7 +2,8 @@
 
 Both routes only serialise what `services.events.open_stream` yields. WebSocket
 close codes: 1000 after `task.finished`; 4404 unknown (or not your) task; 4401
-no or bad API key (4000 + the HTTP status of the error, in general); 4408 the
+no or bad API key (4000 + the HTTP status of the error, in general); 4429 over
+the request rate or the tenant's open-stream cap (SSE: 429); 4408 the
 client fell too far behind: reconnect with `?after=<last seq you saw>`; 1011 a
 server error: reconnect the same way. Idle streams get a `keepalive` message
 (WebSocket) or a `: keepalive` comment (SSE) every `SANDHIVE_STREAM_KEEPALIVE_S`.
@@ -12,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from starlette.requests import HTTPConnection
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
+from app.api import streamcap
 from app.api.deps import Res, Resources, Tenant, current_tenant
 from app.bus.fanout import LiveHub, SlowConsumer
 from app.errors import AppError, NotFound
@@ -40,6 +44,13 @@ SEQ_MAX = 2**31 - 1
 """`seq` is a Postgres integer: a larger `after` is a 422, not a database error."""
 SSE_RETRY_MS = 2000
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+STOPPING = "stopping"
+"""Lifespan-state key of the event `sandhive serve` sets on SIGTERM (app/api/server.py).
+
+WebSockets get uvicorn's 1012 then; an SSE response would run on until the
+graceful-shutdown deadline and hold up the exit, so it ends at once instead and
+the EventSource resumes with Last-Event-ID on another (or the restarted) API.
+"""
 
 Closing = tuple[int, str] | None
 """How to end a WebSocket (code, reason), or None when the client already left."""
@@ -67,6 +78,14 @@ def get_hub(conn: HTTPConnection) -> LiveHub:
 Hub = Annotated[LiveHub, Depends(get_hub)]
 
 
+def get_stopping(conn: HTTPConnection) -> asyncio.Event:
+    stopping: asyncio.Event = getattr(conn.state, STOPPING)
+    return stopping
+
+
+Stopping = Annotated[asyncio.Event, Depends(get_stopping)]
+
+
 @router.websocket("/v1/tasks/{task_id}/stream")
 async def stream(
     ws: WebSocket,
@@ -86,7 +105,10 @@ async def stream(
 async def _serve(ws: WebSocket, res: Resources, hub: LiveHub, task_id: str, after: int) -> Closing:
     try:
         tenant = await current_tenant(ws, res)  # here, not a dependency: errors become close codes
-        async with events.open_stream(res.sessions, hub, tenant, task_id, after=after) as opened:
+        async with (
+            streamcap.stream_slot(res, tenant),  # 4429 past the tenant's open-stream cap
+            events.open_stream(res.sessions, hub, tenant, task_id, after=after) as opened,
+        ):
             return await _pump(ws, opened, task_id, after)
     except AppError as exc:
         code = 4000 + exc.status if 400 <= exc.status < 500 else CLOSE_SERVER_ERROR
@@ -104,17 +126,11 @@ class _Progress:
 async def _pump(ws: WebSocket, opened: events.TaskStream, task_id: str, after: int) -> Closing:
     """Send events while watching for the client leaving or falling behind."""
     progress = _Progress(after)
-    sender = asyncio.create_task(_send_events(ws, opened.events, task_id, progress))
-    watchers = [asyncio.create_task(_client_gone(ws)), asyncio.create_task(opened.cut_off.wait())]
-    try:
-        done, _ = await asyncio.wait([sender, *watchers], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (sender, *watchers):
-            task.cancel()
-        await asyncio.gather(sender, *watchers, return_exceptions=True)
-        await opened.events.aclose()
+    sender = await _race(
+        opened, _send_events(ws, opened.events, task_id, progress), _client_gone(ws)
+    )
     too_slow = (CLOSE_TOO_SLOW, f"too slow: reconnect with after={progress.last}")
-    if sender in done and not sender.cancelled():
+    if sender is not None:
         error = sender.exception()
         if error is None:
             return CLOSE_DONE, ""
@@ -124,6 +140,30 @@ async def _pump(ws: WebSocket, opened: events.TaskStream, task_id: str, after: i
             return None
         raise error
     return too_slow if opened.cut_off.is_set() else None
+
+
+async def _race(
+    opened: events.TaskStream,
+    sending: Coroutine[Any, Any, None],
+    *watching: Coroutine[Any, Any, object],
+) -> asyncio.Task[None] | None:
+    """Send until done, or until a watcher (or the viewer's cut-off) fires first.
+
+    The send runs as a task so that a viewer cut off for lagging is let go at
+    once, even while a send to it is blocked (for a stalled client it never
+    returns). Everything is cancelled and the stream closed on the way out.
+    Returns the sender's task if it ended first (its result or error to read).
+    """
+    sender = asyncio.create_task(sending)
+    watchers = [asyncio.create_task(w) for w in (opened.cut_off.wait(), *watching)]
+    try:
+        done, _ = await asyncio.wait([sender, *watchers], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sender, *watchers):
+            task.cancel()
+        await asyncio.gather(sender, *watchers, return_exceptions=True)
+        await opened.events.aclose()
+    return sender if sender in done and not sender.cancelled() else None
 
 
 async def _send_events(
@@ -150,6 +190,7 @@ async def sse(
     res: Res,
     hub: Hub,
     tenant: Tenant,
+    stopping: Stopping,
     after: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
     last_event_id: Annotated[int | None, Header(ge=0, le=SEQ_MAX)] = None,
 ) -> Response:
@@ -162,34 +203,85 @@ async def sse(
     status, last_seq = await events.visible_task(res.sessions, tenant, task_id)  # a clean 404
     if is_terminal(status) and last_seq <= start:
         return Response(status_code=204)
-    body = _sse_body(res, hub, tenant, task_id, start)
-    return _EventStreamResponse(body, SSE_HEADERS)
+    slot = await streamcap.take_slot(res, tenant)  # 429 + Retry-After past the tenant's cap
+    opening = functools.partial(events.open_stream, res.sessions, hub, tenant, task_id, after=start)
+    return streamcap.HoldingSlot(_EventStreamResponse(opening, stopping), slot)
 
 
-class _EventStreamResponse(StreamingResponse):
-    """Closes the event generator as soon as the response ends, even when the client left."""
+class _EventStreamResponse(Response):
+    """One task's stream as Server-Sent Events, raced against the client leaving or lagging
+    and the server stopping.
 
-    def __init__(self, content: AsyncGenerator[str, None], headers: dict[str, str]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self.body_generator = content
+    As for the WebSocket, the sending is raced (`_race`) against the viewer's
+    cut-off signal: a plain StreamingResponse would hold a stalled viewer in the
+    hub for as long as its blocked send. The response then ends and an
+    EventSource reconnects with Last-Event-ID; a client that does not take even
+    that end within CLOSE_WAIT_S has its connection closed (uvicorn logs it).
+    """
 
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        finally:
-            await self.body_generator.aclose()
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        opening: Callable[[], AbstractAsyncContextManager[events.TaskStream]],
+        stopping: asyncio.Event,
+    ) -> None:
+        # Not Response.__init__: no body, so no Content-Length (as StreamingResponse does).
+        self.status_code = 200
+        self.background = None
+        self.init_headers(SSE_HEADERS)
+        self._opening = opening
+        self._stopping = stopping
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        with contextlib.suppress(OSError):  # an ASGI 2.4 server's word for a client gone
+            await _sse_send(send, f"retry: {SSE_RETRY_MS}\n\n")
+            await _sse_pump(self._opening, self._stopping, receive, send)
+        end = {"type": "http.response.body", "body": b"", "more_body": False}
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(send(end), CLOSE_WAIT_S)
 
 
-async def _sse_body(
-    res: Resources, hub: LiveHub, tenant: str, task_id: str, start: int
-) -> AsyncGenerator[str, None]:
-    yield f"retry: {SSE_RETRY_MS}\n\n"
+async def _sse_pump(
+    opening: Callable[[], AbstractAsyncContextManager[events.TaskStream]],
+    stopping: asyncio.Event,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Send frames until task.finished, the client leaving, the viewer being cut off, or
+    the server stopping."""
     try:
-        async with events.open_stream(res.sessions, hub, tenant, task_id, after=start) as opened:
-            async for item in opened.events:
-                yield _sse_frame(item)
+        async with opening() as opened:
+            sender = await _race(
+                opened,
+                _sse_send_events(send, opened.events),
+                _request_gone(receive),
+                stopping.wait(),
+            )
+            if sender is not None:
+                sender.result()  # SlowConsumer, or a server error for the caller to see
     except (SlowConsumer, NotFound):
         return  # the response ends; an EventSource reconnects with Last-Event-ID
+
+
+async def _sse_send_events(
+    send: Send, stream_events: AsyncIterator[events.StreamEvent | None]
+) -> None:
+    async for item in stream_events:
+        await _sse_send(send, _sse_frame(item))
+
+
+async def _sse_send(send: Send, text: str) -> None:
+    await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+
+async def _request_gone(receive: Receive) -> None:
+    """Wait for the HTTP client to disconnect (ASGI `http.disconnect`)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _sse_frame(item: events.StreamEvent | None) -> str:

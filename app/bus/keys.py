@@ -29,3 +29,13 @@ def task_lease(task_id: str) -> str:
 def worker_heartbeat(name: str) -> str:
     """Present while the worker `name` is alive; expires when it stops renewing it."""
     return f"{PREFIX}:worker:{name}"
+
+
+def rate_bucket(tenant: str) -> str:
+    """The tenant's request-rate token bucket (app/bus/ratelimit.py)."""
+    return f"{PREFIX}:ratelimit:{tenant}"
+
+
+def stream_slots(tenant: str) -> str:
+    """The tenant's open event streams, scored by expiry (app/bus/streamslots.py)."""
+    return f"{PREFIX}:streams:{tenant}"

@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from app.bus.keys import PREFIX
+from app.bus import keys
 
 _TAKE = """
 local now = redis.call('TIME')
@@ -34,12 +34,8 @@ return tostring(wait)
 """
 
 
-def bucket_key(tenant: str) -> str:
-    return f"{PREFIX}:ratelimit:{tenant}"
-
-
 async def take(redis: Redis, tenant: str, rate: float, burst: int) -> float:
     """Take one token: 0.0 when allowed, else the seconds until one is available."""
     script: Any = redis.register_script(_TAKE)
-    wait = await script(keys=[bucket_key(tenant)], args=[repr(float(rate)), str(burst)])
+    wait = await script(keys=[keys.rate_bucket(tenant)], args=[repr(float(rate)), str(burst)])
     return float(wait.decode() if isinstance(wait, bytes) else wait)

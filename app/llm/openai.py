@@ -4,10 +4,14 @@ Imported by the worker and `sandhive run`. One POST per turn, bounded retries
 with backoff, and every failure turned into `LLMError` at this boundary.
 A 2xx body that is not a chat completion is a protocol error: it is raised
 after that one attempt, not retried (a wrong base URL will not heal itself).
+A model that refuses `temperature` (HTTP 400/422 saying it is unsupported, as
+OpenAI's reasoning models do) is asked again without it, and that endpoint and model are not sent a
+temperature again for the life of the process.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +33,22 @@ from app.llm.transport import (
 from app.llm.transport import parse_retry_after as parse_retry_after
 from app.llm.transport import redact_url as redact_url
 from app.llm.transport import retry_delay as retry_delay
+
+TEMPERATURE_REFUSED = re.compile(
+    r"""["']param["']\s*:\s*["']temperature["']"""  # OpenAI names the parameter it refuses
+    r"|unsupported (?:value|parameter)\W+temperature"
+    r"|temperature\W+(?:is not|are not|not) supported|temperature\W+does not support"
+    r"|does not support\W+(?:the )?temperature",
+    re.IGNORECASE,
+)
+"""A refusal of the parameter itself, not a bad value ("temperature must be <= 2") or a
+validation error that merely echoes the request: those are the caller's to fix."""
+REFUSES_TEMPERATURE: set[tuple[str, str]] = set()
+"""(chat URL, model) pairs that refused a temperature. Process-wide, because the worker
+builds one model client per task: without it every task of an o1-style model would
+pay one refused request first. Small by nature (configured endpoints x models)."""
+REFUSES_TEMPERATURE_MAX = 1024
+"""Past this many pairs the memory is cleared (a refusal is then simply learnt again)."""
 
 
 class OpenAIChatModel:
@@ -93,11 +113,16 @@ class OpenAIChatModel:
             body["tools"] = list(tools)
         if self._max_tokens is not None:
             body["max_tokens"] = self._max_tokens
-        # Reference: temperature is dropped for reasoning models named o3/o4 (substring test).
-        if self._temperature is not None and "o3" not in self.model and "o4" not in self.model:
+        if self._temperature is not None and self.accepts_temperature():
             body["temperature"] = self._temperature
         body.update(self._extra_body)
         return body
+
+    def accepts_temperature(self) -> bool:
+        """Reference: not for models named o3/o4 (substring test); nor for one that refused it."""
+        if "o3" in self.model or "o4" in self.model:
+            return False
+        return (self.url, self.model) not in REFUSES_TEMPERATURE
 
     async def _post(
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None
@@ -108,9 +133,26 @@ class OpenAIChatModel:
             endpoint=self._endpoint,
             max_retries=self._max_retries,
             backoff_s=self._backoff_s,
-            recover=lambda failure: self._shrink_max_tokens(body, failure),
+            recover=lambda failure: self._recover(body, failure),
         )
         return self._parse(response, attempt)
+
+    def _recover(self, body: dict[str, Any], failure: Failure) -> bool:
+        """Fix the request after a refusal it can be fixed for; such a resend is not a retry."""
+        return self._drop_temperature(body, failure) or self._shrink_max_tokens(body, failure)
+
+    def _drop_temperature(self, body: dict[str, Any], failure: Failure) -> bool:
+        """After a 400/422 naming `temperature`: resend without it, and remember the model."""
+        refused = (
+            failure.status in (400, 422) and TEMPERATURE_REFUSED.search(failure.body) is not None
+        )
+        if not refused or "temperature" not in body:
+            return False
+        del body["temperature"]
+        if len(REFUSES_TEMPERATURE) >= REFUSES_TEMPERATURE_MAX:
+            REFUSES_TEMPERATURE.clear()
+        REFUSES_TEMPERATURE.add((self.url, self.model))
+        return True
 
     def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
         """Lower max_tokens after a context-length error; kept for later turns (input grows)."""

@@ -369,10 +369,12 @@ class DockerSandbox:
         with docker_errors(f"collect {path}"):
             try:
                 # aiodocker's get_archive buffers the whole tar; stream it ourselves instead.
+                # Uncompressed: aiohttp would gunzip on the event loop (seconds for GiBs).
                 async with self._host.api()._query(
                     f"containers/{self.id}/archive",
                     method="GET",
                     params={"path": path},
+                    headers={"Accept-Encoding": "identity"},
                     timeout=ARCHIVE_TIMEOUT,
                 ) as response:
                     try:

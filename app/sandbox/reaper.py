@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, docker_errors
@@ -23,6 +24,10 @@ ATTEMPT_LABEL = "sandhive.attempt"
 WORKER_LABEL = "sandhive.worker"
 POOL_LABEL = "sandhive.pool"
 """On warm-pool sandboxes (`app.sandbox.pool`): no task label; they go when their worker dies."""
+CREATED_LABEL = "sandhive.created_at"
+"""When the worker labelled a task sandbox (UTC, ISO 8601, seconds): for operators reading
+`docker ps` (RELIABILITY C1.8). Informational only: the reaper decides by task state and
+worker liveness, never by age, so a wrong clock cannot get a live sandbox removed."""
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,20 @@ class Labelled:
     pooled: bool = False
 
 
-def labels_for(instance: str, task_id: str, attempt: int, worker: str) -> dict[str, str]:
-    """The labels every task sandbox carries (`sandhive.managed` is added by the policy)."""
+def labels_for(
+    instance: str, task_id: str, attempt: int, worker: str, *, now: datetime | None = None
+) -> dict[str, str]:
+    """The labels every task sandbox carries (`sandhive.managed` is added by the policy).
+
+    Called right before the sandbox is made, so `now` (default: the clock) is its creation time.
+    """
+    created = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
     return {
         INSTANCE_LABEL: instance,
         TASK_LABEL: task_id,
         ATTEMPT_LABEL: str(attempt),
         WORKER_LABEL: worker,
+        CREATED_LABEL: created.isoformat(),
     }
 
 

@@ -14,7 +14,7 @@ import logging
 import mimetypes
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -28,7 +28,7 @@ from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
 from app.services.events import TASK_FINISHED, publish, record_event, record_events
-from app.states import FinishReason, TaskStatus, is_terminal, status_for
+from app.states import FinishReason, TaskStatus, is_terminal, status_for, timeout_error
 
 log = logging.getLogger(__name__)
 UNFINISHED = (TaskStatus.queued, TaskStatus.running)
@@ -46,6 +46,13 @@ class StartedAttempt:
     prompt: str
     spec: TaskSpec
     inputs: list[tuple[str, bytes]]
+    first_started_at: datetime
+    """When the task's first attempt started: `timeout_s` is one wall clock for the task,
+    so a later attempt (after a lost worker or a hand-back) gets only what is left."""
+
+    def seconds_used(self, now: datetime) -> float:
+        """The task's wall clock spent before `now` (what this attempt may not use again)."""
+        return max((now - self.first_started_at).total_seconds(), 0.0)
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,8 @@ async def start_attempt(
 
     The caller holds the task's lease, so a task still `running` here lost its
     worker: that counts against `max_attempts`. A cancel asked for meanwhile
-    ends the task without starting it.
+    ends the task without starting it, and so does a `timeout_s` already spent
+    since the first attempt started.
     """
     started: StartedAttempt | None = None
     async with sessions.begin() as session:
@@ -91,6 +99,9 @@ def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None
     if task.lost_attempts >= max_attempts:
         error = f"the worker running it was lost {task.lost_attempts} times (max {max_attempts})"
         return TaskEnd(FinishReason.worker_lost, error=error)
+    timeout_s = TaskSpec.model_validate(task.spec).limits.timeout_s
+    if task.started_at is not None and utc_now() >= task.started_at + timedelta(seconds=timeout_s):
+        return TaskEnd(FinishReason.timeout, error=timeout_error(timeout_s))
     return None
 
 
@@ -114,6 +125,7 @@ async def _start(
         prompt=task.prompt,
         spec=TaskSpec.model_validate(task.spec),
         inputs=[(blob.path, blob.content) for blob in blobs],
+        first_started_at=task.started_at,
     )
     return started, event
 

@@ -25,6 +25,7 @@ from app.episode import (
     run_episode,
 )
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
+from app.ids import utc_now
 from app.prompt_configs import stored_prompt
 from app.sandbox import reaper
 from app.sandbox.docker import DockerHost
@@ -129,6 +130,7 @@ async def _run(
             collect_caps(ctx.settings),
             stop=running.stop,
             pool=ctx.pool,
+            used_s=started.seconds_used(utc_now()),  # timeout_s counts from the first attempt
         )
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
         return result

@@ -24,18 +24,18 @@ from redis.exceptions import RedisError
 
 from app import logs, metrics
 from app.bus import leases, queue
-from app.bus.queue import Claim
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
 from app.llm.transport import shared_http_client
 from app.sandbox.docker import DockerHost
 from app.sandbox.pool import WarmPool, pool_labels
 from app.services import admin
-from app.worker import heartbeat, reaping
+from app.worker import heartbeat, reaping, taking
 from app.worker.attempt import WorkerContext, run_attempt
 from app.worker.health import Readiness
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
+from app.worker.taking import Taken
 
 log = logging.getLogger(__name__)
 CLAIM_BLOCK_MS = 1_000
@@ -169,19 +169,17 @@ class Worker:
                         break  # a burst worker that can run nothing is done
                     await self._wait_for_slot()
                     continue
-                claim = await self._next_claim(ctx, burst=burst)
-                if claim is None:
+                taken = await self._take(ctx, burst=burst)
+                if taken is None:
                     if burst and not self.busy:
                         break
                     continue
-                if self.stopping.is_set():  # read just as the stop came: back to the queue
-                    await _quietly("hand back", queue_again(ctx.redis, claim))
-                    break
-                if self.readiness.docker_lost():  # Docker went away while the read waited
-                    await _quietly("hand back", queue_again(ctx.redis, claim))
+                if not await self._may_start(ctx, taken):
                     continue
                 self.busy += 1
-                group.create_task(self._attempt(ctx, claim))
+                running = Running(taken.claim, taken.holder)
+                self.running[taken.task_id] = running  # its lease is renewed from now on
+                group.create_task(self._attempt(ctx, running))
             if self.stopping.is_set():
                 group.create_task(self._hand_back_after_grace())
 
@@ -191,61 +189,84 @@ class Worker:
             async with asyncio.timeout(1.0):
                 await self.slot_freed.wait()
 
-    async def _next_claim(self, ctx: WorkerContext, *, burst: bool) -> Claim | None:
-        """A dead worker's message if one is due, else a new one; None when there is none."""
-        lease_ms = int(self.settings.worker_lease_s * 1000)
+    async def _take(self, ctx: WorkerContext, *, burst: bool) -> Taken | None:
+        """The next task, leased (a dead worker's first when a reclaim is due); None if none."""
+        reclaim = burst or time.monotonic() - self._last_reclaim >= RECLAIM_EVERY_S
+        if reclaim:
+            self._last_reclaim = time.monotonic()
         try:
-            if burst or time.monotonic() - self._last_reclaim >= RECLAIM_EVERY_S:
-                self._last_reclaim = time.monotonic()
-                claim = await queue.reclaim(ctx.redis, self.name, min_idle_ms=lease_ms)
-                if claim is not None:
-                    log.info("reclaimed %s: its lease expired", claim.task_id)
-                    metrics.RECLAIMED.inc()
-                    return claim
-            claim = await queue.claim(ctx.redis, self.name, block_ms=CLAIM_BLOCK_MS)
+            taken = await taking.take(
+                ctx.redis,
+                self.name,
+                lease_ms=int(self.settings.worker_lease_s * 1000),
+                reclaim=reclaim,
+                block_ms=CLAIM_BLOCK_MS,
+            )
         except (RedisError, OSError) as exc:
             self._backoff = min(max(self._backoff * 2, 0.2), MAX_BACKOFF_S)
             log.warning("cannot read the queue (%r); retrying in %.1f s", exc, self._backoff)
             await asyncio.sleep(self._backoff)
             return None
         self._backoff = 0.0
-        return claim
+        return taken
 
-    async def _attempt(self, ctx: WorkerContext, claim: Claim) -> None:
-        logs.bind(task_id=claim.task_id, worker=self.name)  # this asyncio task's lines only
+    async def _may_start(self, ctx: WorkerContext, taken: Taken) -> bool:
+        """Whether to start a task just taken; if not, it is left to its attempt or given back."""
+        if taken.task_id in self.running:  # our own lease lapsed (a stalled loop)
+            await _quietly("keep one attempt", self._keep_one(ctx, taken))
+            return False
+        if taken.reclaimed:  # a dead worker's task (this worker's own was handled above)
+            log.info("reclaimed %s: its lease expired", taken.task_id)
+            metrics.RECLAIMED.inc()
+        # The stop came, or Docker went away, while the read waited: back to the queue.
+        if self.stopping.is_set() or self.readiness.docker_lost():
+            await _quietly("hand back", taking.give_back(ctx.redis, taken))
+            return False
+        return True
+
+    async def _keep_one(self, ctx: WorkerContext, taken: Taken) -> None:
+        """This worker took a task it already runs: the attempt goes on, no second one starts.
+
+        That happens when the event loop stalled past the lease (the task's own
+        message comes back through XAUTOCLAIM, with the same holder: nothing to
+        undo), or when reconciliation queued it again meanwhile (another message:
+        its lease is dropped and it is acked, and the running attempt's next
+        renewal takes the lease back).
+        """
+        if taken.holder == self.running[taken.task_id].holder:
+            log.warning("took back its own message of %s: its lease lapsed", taken.task_id)
+            return
+        log.warning("took %s again while running it: a duplicate message, dropped", taken.task_id)
+        await leases.release(ctx.redis, taken.task_id, taken.holder, taken.claim.message_id)
+
+    async def _attempt(self, ctx: WorkerContext, running: Running) -> None:
+        logs.bind(task_id=running.task_id, worker=self.name)  # this asyncio task's lines only
         metrics.RUNNING.inc()
         try:
-            await self._run_claim(ctx, claim)
+            await self._run_taken(ctx, running)
         except (RedisError, OSError) as exc:  # the message stays pending: it will be reclaimed
-            log.warning("lost touch with Redis while handling %s: %r", claim.task_id, exc)
+            log.warning("lost touch with Redis while handling %s: %r", running.task_id, exc)
         except Exception:  # nothing may escape into the TaskGroup
-            log.exception("attempt of %s failed outside run_attempt", claim.task_id)
+            log.exception("attempt of %s failed outside run_attempt", running.task_id)
         finally:
             metrics.RUNNING.dec()
             self.busy -= 1
             self.slot_freed.set()
 
-    async def _run_claim(self, ctx: WorkerContext, claim: Claim) -> None:
-        holder = leases.holder_of(self.name, claim.message_id)
-        lease_ms = int(self.settings.worker_lease_s * 1000)
-        current = await leases.acquire(ctx.redis, claim.task_id, holder, lease_ms)
-        if current is not None:
-            if leases.message_of(current) != claim.message_id:
-                await queue.ack(ctx.redis, claim.message_id)  # a duplicate: the holder has its own
-            return
-        running = Running(claim, holder)
-        self.running[claim.task_id] = running
+    async def _run_taken(self, ctx: WorkerContext, running: Running) -> None:
+        """Run a task taken by `taking.take`, then drop its lease and message as its end says."""
         try:
             end = await run_attempt(ctx, running)
         finally:
-            del self.running[claim.task_id]
+            del self.running[running.task_id]
         metrics.ATTEMPTS.labels(end.name).inc()
         if end is End.retry:
             await asyncio.sleep(RETRY_PAUSE_S)
         if end is not End.stale:
             requeue = end in (End.hand_back, End.retry)
+            claim = running.claim
             await leases.release(
-                ctx.redis, claim.task_id, holder, claim.message_id, requeue=requeue
+                ctx.redis, claim.task_id, running.holder, claim.message_id, requeue=requeue
             )
 
     async def _hand_back_after_grace(self) -> None:
@@ -258,12 +279,6 @@ class Worker:
                     await self._wait_for_slot()
         for item in self.running.values():
             item.request_stop(StopReason.hand_back)
-
-
-async def queue_again(redis: Redis, claim: Claim) -> None:
-    """Give a message back untouched: a fresh copy on the queue, this one acked."""
-    await queue.enqueue(redis, claim.task_id)
-    await queue.ack(redis, claim.message_id)
 
 
 async def _quietly(what: str, job: Awaitable[object]) -> None:

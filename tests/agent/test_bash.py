@@ -8,7 +8,9 @@ import time
 import pytest
 
 from app.agent.tools import ToolContext, ToolResult, run_tool
-from app.agent.types import ToolCall
+from app.agent.types import AgentSpec, ToolCall
+from app.config import Settings
+from app.local import LocalRun
 from app.sandbox import DockerSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -42,6 +44,31 @@ async def test_reference_timeout_replaces_output_with_the_package_message(
         "Exit code: -1\n" + HEADER + "\\[STDOUT]\nThe command took too long to execute (>2s)"
     )
     assert result.exit_code == -1
+
+
+async def test_the_default_command_timeout_is_the_package_120_s(box: DockerSandbox) -> None:
+    # The package's CMD_TIMEOUT = 120 everywhere a task's timeout comes from.
+    assert Settings.model_fields["default_command_timeout_s"].default == 120
+    assert AgentSpec(system_prompt="s", user_prompt="u").command_timeout_s == 120
+    assert LocalRun(prompt="p").command_timeout_s == 120
+    ctx = ToolContext(box=box, profile="reference")
+    assert ctx.command_timeout_s == 120
+    # The package reads exit status 124 (GNU timeout's) as its timeout, whatever ended the
+    # command, so `exit 124` shows the message a 120 s timeout gives without waiting for it.
+    result = await run_tool(ToolCall("call_1", "execute_bash", {"command": "exit 124"}), ctx)
+    assert result.observation == (
+        "Exit code: -1\n" + HEADER + "\\[STDOUT]\nThe command took too long to execute (>120s)"
+    )
+    assert result.exit_code == -1
+
+
+async def test_reference_blank_stdout_shows_an_empty_stdout_section(box: DockerSandbox) -> None:
+    # REFERENCE.md §1.4 with the package's Observation rule: a stdout that is blank after
+    # strip() is left out of the STDOUT section (golden steps 2 and 3 show the same empty
+    # section for no stdout at all); no STDERR section when stderr is blank too.
+    result = await bash(box, "echo '   '; echo '  ' >&2", "reference")
+    assert result.observation == "Exit code: 0\n" + HEADER + "\\[STDOUT]\n"
+    assert result.exit_code == 0
 
 
 async def test_reference_timeout_still_ends_a_command_that_ignores_sigterm(

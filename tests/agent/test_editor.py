@@ -87,6 +87,30 @@ async def test_reference_listing_shows_only_dirs_py_and_rst(
     )
 
 
+async def test_reference_zero_byte_file_and_a_long_listing(
+    box: DockerSandbox, contexts: dict[str, ToolContext]
+) -> None:
+    # REFERENCE.md §1.4: an empty file -> "(empty file: <path>)"; a listing is `find ... |
+    # head -100`, so a directory holding 120 subdirectories shows exactly 100 lines.
+    await put(box, "/testbed/ref6/zero.py", b"")
+    assert await edit(contexts["reference"], command="view", path="/testbed/ref6/zero.py") == (
+        "(empty file: /testbed/ref6/zero.py)"
+    )
+    made = await box.exec(["bash", "-c", "mkdir -p /testbed/ref7/d{001..120}"])
+    assert made.exit_code == 0, made.stderr
+    out = await edit(contexts["reference"], command="view", path="/testbed/ref7")
+    header = (
+        "Here's the files and directories up to 2 levels deep in /testbed/ref7, excluding hidden:\n"
+    )
+    assert out.startswith(header)
+    assert out.endswith("\n")  # find's own newline after the 100th line
+    entries = out.removeprefix(header).removesuffix("\n").split("\n")
+    assert len(entries) == 100
+    every = {"/testbed/ref7"} | {f"/testbed/ref7/d{n:03}" for n in range(1, 121)}
+    assert len(set(entries)) == 100
+    assert set(entries) <= every
+
+
 async def test_reference_error_messages(
     box: DockerSandbox, contexts: dict[str, ToolContext]
 ) -> None:
@@ -244,6 +268,41 @@ async def test_standard_writes_large_files_through_stdin(
         new_str="last ",
     )
     assert await read(box, path) == text.replace("line 29999 ", "last ").encode()
+
+
+async def test_standard_snippets_keep_a_blank_last_context_line(
+    box: DockerSandbox, contexts: dict[str, ToolContext]
+) -> None:
+    # A blank line of the file at the end of the snippet is shown; only the file's final
+    # newline adds no numbered line (golden step 14 shows the same for str_replace).
+    await put(box, "/testbed/std9/blank.py", b"l1\nl2\n\n\nl5\n")
+    out = await edit(
+        contexts["standard"],
+        command="insert",
+        path="/testbed/std9/blank.py",
+        insert_line=0,
+        new_str="top",
+    )
+    assert out == (
+        "The file /testbed/std9/blank.py has been edited. Here's the result of running `cat -n` "
+        "on a snippet of the edited file:\n     1\ttop\n     2\tl1\n     3\tl2\n     4\t\n"
+        "     5\t\nReview the changes and make sure they are as expected (correct indentation, "
+        "no duplicate lines, etc). Edit the file again if necessary."
+    )
+    out = await edit(
+        contexts["standard"],
+        command="str_replace",
+        path="/testbed/std9/blank.py",
+        old_str="top\n",
+        new_str="",
+    )
+    assert out == (
+        "The file /testbed/std9/blank.py has been edited. Here's the result of running `cat -n` "
+        "on a snippet of /testbed/std9/blank.py:\n     1\tl1\n     2\tl2\n     3\t\n     4\t\n"
+        "     5\tl5\nReview the changes and make sure they are as expected. Edit the file again "
+        "if necessary."
+    )
+    assert await read(box, "/testbed/std9/blank.py") == b"l1\nl2\n\n\nl5\n"
 
 
 async def test_standard_refuses_files_too_large_to_edit(

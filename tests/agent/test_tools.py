@@ -99,9 +99,14 @@ async def test_reference_treats_unparsable_arguments_as_no_call(box: DockerSandb
     assert is_no_call(call("", {}, "{}"), "reference")
     assert not is_no_call(call("execute_bash", None, "[1]"), "reference")
     assert not is_no_call(broken, "standard")
-    assert NO_TOOL_CALL_NUDGE.startswith("\nYou forgot to use a function call in your response.\n")
-    assert "YOU MUST USE A FUNCTION CALL IN EACH RESPONSE." in NO_TOOL_CALL_NUDGE
-    assert NO_TOOL_CALL_NUDGE.endswith("IMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n")
+    # The package's CONTINUE_MSG (observation.py), a triple-quoted string: it starts and
+    # ends with a newline and has a blank line before IMPORTANT.
+    assert NO_TOOL_CALL_NUDGE == (
+        "\nYou forgot to use a function call in your response.\n"
+        "YOU MUST USE A FUNCTION CALL IN EACH RESPONSE.\n"
+        "\n"
+        "IMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n"
+    )
 
 
 async def test_standard_explains_bad_arguments_and_accepts_empty_ones(box: DockerSandbox) -> None:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -34,18 +35,24 @@ class LiveServer:
 
 
 @asynccontextmanager
-async def live_server(settings: Settings) -> AsyncIterator[LiveServer]:
-    """Start the app on a free port (lifespan included); stop it on the way out."""
+async def live_server(settings: Settings, **options: Any) -> AsyncIterator[LiveServer]:
+    """Start the app on a free port (lifespan included); stop it on the way out.
+
+    `options` are more uvicorn settings, e.g. `server_options(settings)` to run
+    what `sandhive serve` runs.
+    """
     port = free_port()
+    defaults: dict[str, Any] = {
+        "log_config": None,
+        "log_level": "warning",
+        "access_log": False,
+    }
     config = uvicorn.Config(
         create_app(settings),
         host="127.0.0.1",
         port=port,
         lifespan="on",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=2,
+        **{**defaults, **options, "timeout_graceful_shutdown": 2},  # tests stop quickly
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

@@ -192,12 +192,14 @@ async def test_the_reference_trajectory_format(api: httpx.AsyncClient, sessions:
     latest = (await api.get(f"/v1/tasks/{task_id}/trajectory?format=reference")).json()
     assert latest["problem_statement"] == "Compute it."
     assert latest["metadata"] == {"total_steps": 2}
+    # The package numbers steps from 1 (agent.py: "step": step_count + 1): our index i is its i + 1.
+    assert [s["metadata"]["step"] for s in latest["steps"]] == [1, 2]
     assert latest["steps"][1] == {
         "thought": "thought 2.1",
         "reasoning_content": "",
         "action": {"function": "execute_bash", "parameters": {"command": "echo 1"}},
         "observation": "1\n",
-        "metadata": {"step": 1, "exec_time": 0.005},
+        "metadata": {"step": 2, "exec_time": 0.005},
     }
     first = await api.get(f"/v1/tasks/{task_id}/trajectory?format=reference&attempt=1")
     assert [s["thought"] for s in first.json()["steps"]] == ["thought 1.0"]

@@ -1,4 +1,4 @@
-"""`POST /v1/tasks/{id}/cancel`, the 429 of a full queue, and the trajectory's `attempt` filter."""
+"""`POST /v1/tasks/{id}/cancel`, the 429s of backpressure, and the trajectory's `attempt` filter."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from app.api.app import create_app
 from app.bus import cancel
 from app.config import Settings
 from app.db import models
+from app.services import keys
 from tests.api.conftest import assert_error, serve
 from tests.services.rows import Sessions, insert_step, insert_task
 
@@ -94,6 +95,33 @@ async def test_a_full_queue_answers_429_with_retry_after(
     assert error["details"] == {"limit": "queue_max_depth", "value": 1}
     async with sessions() as session:
         assert len((await session.scalars(select(models.Task))).all()) == 1, "nothing stored"
+
+
+async def test_a_tenant_at_its_active_task_cap_gets_429_others_do_not(
+    api_settings: Settings, sessions: Sessions
+) -> None:
+    """`tenant_max_active_tasks` is per tenant: one tenant's backlog never blocks another."""
+    settings = api_settings.model_copy(
+        update={"auth": "keys", "tenant_max_active_tasks": 1, "backpressure_retry_after_s": 9}
+    )
+    first = await keys.create_key(sessions, "tenant-a")
+    other = await keys.create_key(sessions, "tenant-b")
+    async with serve(create_app(settings)) as client:
+
+        async def submit(key: str, prompt: str) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {key}"}
+            return await client.post("/v1/tasks", json={"prompt": prompt}, headers=headers)
+
+        assert (await submit(first.key, "one")).status_code == 202
+        response = await submit(first.key, "two")
+        error = assert_error(response, 429, "too_many_requests")
+        assert response.headers["Retry-After"] == "9"
+        assert error["details"] == {"limit": "tenant_max_active_tasks", "value": 1}
+        accepted = await submit(other.key, "another tenant")
+        assert accepted.status_code == 202, accepted.text
+    async with sessions() as session:
+        rows = (await session.execute(select(models.Task.tenant_id, models.Task.prompt))).all()
+    assert sorted(rows) == [("tenant-a", "one"), ("tenant-b", "another tenant")]
 
 
 async def test_trajectory_can_be_read_per_attempt(

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import websockets
 
+from app.api.server import GRACEFUL_SHUTDOWN_S
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
@@ -31,7 +33,8 @@ from tests.e2e.fault_harness import (
 )
 from tests.support.private_redis import PrivateRedis
 
-STEPS = 12
+STEPS = 30
+"""~20 s of task: it outlasts both restarts of the API."""
 RECONNECT_CODES = {1001, 1012}
 """Going away / service restart: what a server shutting down sends (RFC 6455 and IANA)."""
 
@@ -77,8 +80,66 @@ class Follower:
             return False
 
 
-async def follow_through_restarts(procs: Cluster, task_id: str) -> Follower:
+class SSEFollower:
+    """An EventSource-like client: it reconnects with `Last-Event-ID` until task.finished.
+
+    Runs alongside the WebSocket follower through both restarts; it never learns
+    about them except by its stream ending or its connection failing.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.events: list[dict[str, Any]] = []
+        self.connections: list[str] = []
+        """How each accepted connection ended: "finished", "ended" or "dropped"."""
+        self.ended_at: list[float] = []
+        """When each accepted connection ended (time.monotonic)."""
+        self.finished = False
+
+    async def follow(self, timeout_s: float) -> None:
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient(timeout=10) as client:
+            while not self.finished:
+                headers = {"Last-Event-ID": str(self.events[-1]["seq"])} if self.events else {}
+                try:
+                    async with client.stream(
+                        "GET", self.url, headers=headers, timeout=httpx.Timeout(10, read=None)
+                    ) as response:
+                        if response.status_code == 204:  # finished, nothing after Last-Event-ID
+                            self.finished = True
+                            break
+                        assert response.status_code == 200, response.status_code
+                        self.connections.append("dropped")
+                        try:
+                            await self._read(response)
+                            self.connections[-1] = "finished" if self.finished else "ended"
+                        finally:
+                            self.ended_at.append(time.monotonic())
+                except httpx.TransportError:  # dropped mid-stream, or the API is not back yet
+                    pass
+                if not self.finished:
+                    await asyncio.sleep(0.2)  # an EventSource waits `retry:` ms; keep it short
+
+    async def _read(self, response: httpx.Response) -> None:
+        fields: dict[str, str] = {}
+        async for line in response.aiter_lines():
+            if line:
+                if not line.startswith(":"):  # not a keepalive comment
+                    name, _, value = line.partition(":")
+                    fields[name] = value.removeprefix(" ")
+                continue
+            if "id" in fields:  # a durable event (live ones carry no id)
+                event = json.loads(fields["data"])
+                assert str(event["seq"]) == fields["id"]
+                assert event["type"] == fields["event"]
+                self.events.append(event)
+                self.finished = event["type"] == "task.finished"
+            fields = {}
+
+
+async def follow_through_restarts(procs: Cluster, task_id: str) -> tuple[Follower, float]:
+    """The WebSocket follower's events, and when the API got its SIGTERM (time.monotonic)."""
     follower = Follower(f"{procs.ws_url}/v1/tasks/{task_id}/stream")
+    terminated_at = 0.0
     for how in (signal.SIGKILL, signal.SIGTERM):
         reader = asyncio.create_task(follower.follow())
         while len(follower.events) < follower_target(follower):
@@ -86,11 +147,12 @@ async def follow_through_restarts(procs: Cluster, task_id: str) -> Follower:
             assert not reader.done(), f"the stream ended early: {follower.closes}"
         assert procs.api is not None
         procs.api.send_signal(how)
+        terminated_at = time.monotonic()
         await asyncio.wait_for(reader, 30)
         await asyncio.to_thread(procs.api.wait, 30)
         await asyncio.to_thread(procs.start_api)
     await follower.follow()  # to the end: the server closes with 1000 after task.finished
-    return follower
+    return follower, terminated_at
 
 
 def follower_target(follower: Follower) -> int:
@@ -111,7 +173,15 @@ def test_api_restarts_while_a_client_follows(
         procs.start_worker("steady")
         with httpx.Client(base_url=procs.base_url, timeout=10) as client:
             task_id = submit(client, "fault-api-restart")
-        follower = asyncio.run(follow_through_restarts(procs, task_id))
+            sse = SSEFollower(f"{procs.base_url}/v1/tasks/{task_id}/events")
+
+        async def both() -> tuple[Follower, float]:
+            viewer = asyncio.create_task(sse.follow(timeout_s=120))
+            followed = await follow_through_restarts(procs, task_id)
+            await viewer
+            return followed
+
+        follower, terminated_at = asyncio.run(both())
         with httpx.Client(base_url=procs.base_url, timeout=10) as client:
             task = wait_terminal(client, task_id)
 
@@ -125,5 +195,17 @@ def test_api_restarts_while_a_client_follows(
         (e["seq"], e["type"]) for e in stored
     ], "every durable event exactly once, in order, across two restarts"
     assert [e["data"] for e in follower.events] == [e["data"] for e in stored]
+    print(f"SSE connections: {sse.connections}, ended {[t - terminated_at for t in sse.ended_at]}")
+    assert [(e["seq"], e["type"]) for e in sse.events] == [(e["seq"], e["type"]) for e in stored], (
+        "SSE with Last-Event-ID: every durable event exactly once, in order, across both restarts"
+    )
+    # SIGKILL drops the SSE response; SIGTERM ends it at once (not at the graceful-shutdown
+    # deadline); each time the viewer resumes from its Last-Event-ID on the restarted API.
+    assert len(sse.connections) == 3, sse.connections
+    assert sse.connections[0] == "dropped"
+    assert sse.connections[2] == "finished"
+    held = sse.ended_at[1] - terminated_at
+    assert held < GRACEFUL_SHUTDOWN_S - 5, f"SIGTERM held the SSE response {held:.1f} s"
+    assert sse.connections[1] == "ended", "a clean end of the response, not a dropped connection"
     assert (task["status"], task["attempt"]) == ("succeeded", 1), "the worker was unaffected"
     check_consistency(config, [task_id], private_redis.client())

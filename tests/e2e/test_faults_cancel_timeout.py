@@ -177,6 +177,76 @@ def test_timeout_inside_a_command_that_ignores_sigterm(
     check_consistency(config, [task_id], private_redis.client())
 
 
+BIG_FILES = 16
+BIG_FILE_MIB = 64
+"""1 GiB of output, sparse (no RAM in the sandbox): 3.5-4 s to collect, uncompressed, on an
+idle 2-core host (about 270 MiB/s through Docker's archive API), longer under load: well past
+COLLECT_GRACE_S and the at most 2 s of wall clock the collection starts with."""
+COLLECT_GRACE_S = 1.0
+"""`artifact_collect_grace_s` for that test: small, so a little data outlasts it."""
+# The sandbox's age in seconds, to the tick: now minus its PID 1's start (both since boot).
+SANDBOX_AGE = (
+    "import os; t = float(open('/proc/uptime').read().split()[0]); "
+    "start = int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]); "
+    "print(t - start / os.sysconf('SC_CLK_TCK'))"
+)
+
+
+def test_timeout_during_artifact_collection(
+    settings: Settings,
+    private_redis: PrivateRedis,
+    scripted_llm: ScriptedLLMServer,
+    tmp_path: Path,
+) -> None:
+    """The agent submits just before its timeout_s; collecting its (large) output runs past it.
+
+    Collection gets what is left of the wall clock, at least its grace, and
+    no more: the task ends `timeout` on time, its sandbox is gone, nothing half
+    collected is stored.
+    """
+    timeout_s = 16
+    # Sleep until the sandbox (whose PID 1 started with the attempt, after the deadline did)
+    # is 2 s short of the deadline, however slow the start was: the collection begins with
+    # less than 2 s of the wall clock left and gets that or its grace, whichever is longer.
+    until = timeout_s - 2
+    make_output = (
+        f"cd /testbed/output && for i in $(seq 1 {BIG_FILES}); do "
+        f"truncate -s {BIG_FILE_MIB}M big$i.bin; done; "
+        f'age=$(python3 -c "{SANDBOX_AGE}"); '
+        f'sleep $(python3 -c "print(max(0.0, {until} - $age))")'
+    )
+    scripted_llm.add_script(
+        "fault-collect-timeout", Script(turns=[bash(make_output), Turn(tool="submit")])
+    )
+    # Every file is within the caps, so collection has to read all of them.
+    config = fault_settings(
+        settings,
+        private_redis.url,
+        artifact_collect_grace_s=COLLECT_GRACE_S,
+        artifact_max_file_bytes=BIG_FILE_MIB * 2**20,
+        artifact_max_total_bytes=2 * BIG_FILES * BIG_FILE_MIB * 2**20,
+    )
+    with cluster_with_api(config, tmp_path) as (procs, client):
+        procs.start_worker("collector")
+        task_id = submit(
+            client,
+            "fault-collect-timeout",
+            limits={"timeout_s": timeout_s, "command_timeout_s": 60},
+        )
+        task = wait_terminal(client, task_id, timeout_s=90)
+        assert (task["status"], task["finish_reason"]) == ("failed", "timeout"), procs.logs()
+        assert task["error"] == f"task exceeded its timeout of {timeout_s} s"
+        steps = client.get(f"/v1/tasks/{task_id}/trajectory").json()["steps"]
+        assert [s["action"]["tool"] for s in steps] == ["execute_bash", "submit"], (
+            "the agent finished in time: the timeout hit during the collection"
+        )
+        took = _seconds(task["started_at"], task["finished_at"])
+        assert took <= timeout_s + COLLECT_GRACE_S + 4, f"ended {took:.1f} s after it started"
+        assert artifact_paths(client, task_id) == [], "a cut collection stores nothing"
+        assert containers(f"sandhive.task={task_id}") == []
+    check_consistency(config, [task_id], private_redis.client())
+
+
 def test_command_timeout_kills_the_whole_tree_inside_the_sandbox(
     settings: Settings,
     private_redis: PrivateRedis,

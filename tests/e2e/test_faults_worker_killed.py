@@ -11,8 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
+from app.bus import keys
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
@@ -22,6 +25,7 @@ from tests.e2e.fault_harness import (
     containers,
     db_events,
     fault_settings,
+    host_processes,
     submit,
     wait_terminal,
     wait_until,
@@ -106,21 +110,25 @@ def test_sigkilled_worker_task_completes_as_attempt_2(
 CLAIM_AND_DIE = """
 import asyncio, sys
 from redis.asyncio import Redis
-from app.bus import leases, queue
+from app.bus import queue
+from app.worker import taking
+from app.worker.pool import CLAIM_BLOCK_MS
 
 async def main() -> None:
     redis = Redis.from_url(sys.argv[1])
     await queue.ensure_group(redis)
-    claim = await queue.claim(redis, "claimer", block_ms=10_000)
-    assert claim is not None
-    holder = leases.holder_of("claimer", claim.message_id)
     lease_ms = int(float(sys.argv[2]) * 1000)
-    assert await leases.acquire(redis, claim.task_id, holder, lease_ms) is None
-    print(claim.task_id, flush=True)
+    taken = None
+    while taken is None:  # what the worker's claim loop calls, with the worker's arguments
+        taken = await taking.take(
+            redis, "claimer", lease_ms=lease_ms, reclaim=True, block_ms=CLAIM_BLOCK_MS
+        )
+    print(taken.task_id, taken.holder, flush=True)
     await asyncio.sleep(3600)
 
 asyncio.run(main())
 """
+"""Runs the worker's claim-and-lease step (`app.worker.taking.take`), then waits to die."""
 
 
 def test_worker_killed_between_claim_and_start(
@@ -129,7 +137,7 @@ def test_worker_killed_between_claim_and_start(
     scripted_llm: ScriptedLLMServer,
     tmp_path: Path,
 ) -> None:
-    """A process does exactly what a worker does before starting an attempt, then dies."""
+    """A process runs the worker's claim-and-lease step (`taking.take`), then is SIGKILLed."""
     scripted_llm.add_script("fault-kill-claimed", slow_script(delay_s=0.0))
     config = fault_settings(settings, private_redis.url)
     with cluster_with_api(config, tmp_path) as (procs, client):
@@ -141,7 +149,11 @@ def test_worker_killed_between_claim_and_start(
         )
         try:
             assert claimer.stdout is not None
-            assert claimer.stdout.readline().decode().strip() == task_id
+            printed = claimer.stdout.readline().decode().split()
+            assert printed[0] == task_id
+            lease = private_redis.client().get(keys.task_lease(task_id))
+            assert lease is not None
+            assert lease.decode() == printed[1], "the dead claimer holds the lease"
         finally:
             claimer.send_signal(signal.SIGKILL)
             claimer.wait(timeout=10)
@@ -156,6 +168,10 @@ def test_worker_killed_between_claim_and_start(
         assert (task["status"], task["finish_reason"]) == ("succeeded", "submitted"), procs.logs()
         assert task["attempt"] == 1, "a claim that never started is not a lost attempt"
         assert task["answer"] == ANSWER
+        rescuer_log = (tmp_path / "rescuer.log").read_text(errors="replace")
+        assert f"reclaimed {task_id}" in rescuer_log, (
+            "taken over once the dead claim's lease expired"
+        )
     check_consistency(config, [task_id], private_redis.client())
 
 
@@ -199,3 +215,77 @@ def test_a_paused_worker_cannot_overwrite_the_new_attempt(
         assert paused.poll() is None, "the woken worker is still alive"
     watch.assert_one_at_a_time()
     check_consistency(config, [task_id], private_redis.client())
+
+
+def test_timeout_counts_from_the_first_attempt(
+    settings: Settings,
+    private_redis: PrivateRedis,
+    scripted_llm: ScriptedLLMServer,
+    tmp_path: Path,
+) -> None:
+    """`timeout_s` is the task's wall clock, not each attempt's (README, Reliability).
+
+    Two tasks lose their worker in a long command. The one whose deadline passed
+    while nobody ran it ends `timeout` without a second attempt; the other runs
+    attempt 2 with only what is left and ends `timeout` at first start + timeout_s,
+    not a whole timeout_s after the rescue.
+    """
+    # Both commands must run before the short deadline; attempt 2 of the long task must
+    # start (rescuer start-up, lease expiry, reclaim, a new sandbox) well before the long one.
+    short_s, long_s = 10, 40
+    markers = {name: f"deadline-{name}-{uuid.uuid4().hex[:8]}" for name in ("short", "long")}
+    for name, marker in markers.items():
+        command = f"python3 -c 'import time; time.sleep(600)' {marker}"
+        scripted_llm.add_script(
+            f"fault-deadline-{name}",
+            Script(
+                turns=[
+                    Turn(tool="execute_bash", arguments={"command": command}),
+                    Turn(tool="submit"),
+                ]
+            ),
+        )
+    config = fault_settings(settings, private_redis.url)
+    with cluster_with_api(config, tmp_path) as (procs, client):
+        doomed = procs.start_worker("doomed")
+        limits = {"command_timeout_s": 900}
+        short = submit(client, "fault-deadline-short", limits={**limits, "timeout_s": short_s})
+        long = submit(client, "fault-deadline-long", limits={**limits, "timeout_s": long_s})
+        for marker in markers.values():
+            wait_until("both commands to run", lambda m=marker: host_processes(m), 60)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=10)
+        first_start = datetime.fromisoformat(client.get(f"/v1/tasks/{short}").json()["started_at"])
+        # Rescue only once the short task's wall clock is spent.
+        time.sleep(max((first_start - datetime.now(UTC)).total_seconds() + short_s + 1, 0))
+        procs.start_worker("rescuer")
+
+        ended_short = wait_terminal(client, short, timeout_s=60)
+        ended_long = wait_terminal(client, long, timeout_s=90)
+        for task, limit in ((ended_short, short_s), (ended_long, long_s)):
+            assert (task["status"], task["finish_reason"]) == ("failed", "timeout"), procs.logs()
+            assert task["error"] == f"task exceeded its timeout of {limit} s"
+        assert ended_short["attempt"] == 1, "no attempt starts once the task's time is spent"
+        assert ended_long["attempt"] == 2, "the long task had time left: it ran again"
+        took = _seconds(ended_long["started_at"], ended_long["finished_at"])
+        # A whole long_s from the rescue (after short_s + 1) would be past long_s + 11.
+        assert long_s - 1 <= took <= long_s + 8, f"ended {took:.1f} s after its first start"
+        for task_id in (short, long):
+            wait_until(
+                "the sandboxes to go", lambda t=task_id: not containers(f"sandhive.task={t}"), 60
+            )
+    started = {
+        task_id: [
+            e["data"]["attempt"]
+            for e in db_events(config.database_url, task_id)
+            if e["type"] == "task.started"
+        ]
+        for task_id in (short, long)
+    }
+    assert started == {short: [1], long: [1, 2]}
+    assert scripted_llm.requests["fault-deadline-short"] == 1, "attempt 2 never called the model"
+    check_consistency(config, [short, long], private_redis.client())
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()

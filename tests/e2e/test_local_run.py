@@ -4,12 +4,41 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from app.llm.scripted import ScriptedLLMServer
 from tests.e2e.test_task_end_to_end import EXPECTED, answer_script
+
+RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")
+"""`<YYYYMMDD_HHMMSS>`, as the reference package names its run folders (app/local.py)."""
+
+
+def local_sandboxes() -> set[str]:
+    """Ids of every container `sandhive run` labels as its own (app/local.py), stopped ones too."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandhive.local=1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
+
+
+def printed_steps(stdout: str) -> list[tuple[int, str, str]]:
+    """(index, action tool, what was printed for it) per step, as the terminal printer shows
+    them: a `step N` rule, then panels titled `action: <tool>` and `observation`."""
+    body = re.split(r"─ finished ─", stdout, maxsplit=1)[0]  # before the closing summary
+    rules = list(re.finditer(r"─ step (\d+) ─", body))
+    steps = []
+    for rule, following in zip(rules, [*rules[1:], None], strict=True):
+        chunk = body[rule.end() : following.start() if following else len(body)]
+        actions = re.findall(r"action: (\w+)", chunk)
+        assert len(actions) == 1, chunk
+        steps.append((int(rule.group(1)), actions[0], chunk))
+    return steps
 
 
 def test_sandhive_run_writes_files_and_reference_trajectory(
@@ -19,10 +48,12 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
     # Point at nothing: the local run must not need Postgres or Redis.
     env |= {
+        "COLUMNS": "120",  # Rich's width when stdout is no terminal: titles stay on one line
         "SANDHIVE_SANDBOX_IMAGE": docker_image,
         "SANDHIVE_DATABASE_URL": "postgresql+asyncpg://nobody@127.0.0.1:1/none",
         "SANDHIVE_REDIS_URL": "redis://127.0.0.1:1/0",
     }
+    before = local_sandboxes()
     done = subprocess.run(
         [
             sys.executable,
@@ -45,9 +76,24 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "submitted" in done.stdout
-    assert EXPECTED in done.stdout
+    # Each step is printed as it happens, in order, with its action and its observation
+    # (the answer shows in step 0's observation, not only in the closing summary).
+    steps = printed_steps(done.stdout)
+    assert [(index, tool) for index, tool, _ in steps] == [
+        (0, "execute_bash"),
+        (1, "str_replace_editor"),
+        (2, "submit"),
+    ], done.stdout
+    assert EXPECTED in steps[0][2]
+    assert "File created at /testbed/output/answer.txt" in steps[1][2]
+    assert "<<< Finished >>>" in steps[2][2]
+    assert "finish_reason: submitted (3 steps)" in done.stdout
+    assert f"answer: {EXPECTED}" in done.stdout
+    # Its sandbox is gone (ids new since the run started: other runs' are not ours to judge).
+    assert local_sandboxes() - before == set()
     [run_dir] = list(tmp_path.iterdir())
+    assert RUN_FOLDER.match(run_dir.name), run_dir.name
+    assert f"outputs: {run_dir}" in done.stdout
     assert (run_dir / "files" / "answer.txt").read_text() == EXPECTED
     trajectory = json.loads((run_dir / "trajectory.json").read_text())
     assert set(trajectory) == {"problem_statement", "steps", "metadata"}
@@ -75,4 +121,5 @@ def test_sandhive_demo_runs_the_scripted_task(docker_image: str, tmp_path: Path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SCRIPTED DEMO" in done.stdout
     [run_dir] = list(tmp_path.iterdir())
+    assert RUN_FOLDER.match(run_dir.name), run_dir.name
     assert (run_dir / "files" / "answer.txt").read_text() == str(16796)  # the 10th Catalan number

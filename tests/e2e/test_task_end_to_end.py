@@ -12,6 +12,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ import websockets
 
 from app.config import Settings
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.llm.transport import retry_delay
 from tests.support.processes import Service, free_port, running_service
 
 SQUARES = "print(sum(i * i for i in range(1, 101)))"
@@ -171,10 +173,12 @@ def test_llm_500_fails_task_with_llm_error(
 ) -> None:
     scripted_llm.add_script("e2e-500", Script(turns=[], fail_status=500))
     with httpx.Client(base_url=service.base_url, timeout=10) as client:
-        task = wait_finished(client, submit(client, "e2e-500"))
+        task_id = submit(client, "e2e-500")
+        task = wait_finished(client, task_id)
     assert (task["status"], task["finish_reason"]) == ("failed", "llm_error")
     assert "500" in task["error"]
     assert scripted_llm.requests["e2e-500"] == settings.llm_max_retries + 1
+    assert containers_of(task_id) == []
 
 
 @pytest.fixture
@@ -195,6 +199,21 @@ def test_unreachable_llm_fails_task_with_llm_error(
     ):
         response = client.post("/v1/tasks", json={"prompt": "x", "llm": {"profile": "dead"}})
         assert response.status_code == 202, response.text
-        task = wait_finished(client, response.json()["id"])
+        task_id = response.json()["id"]
+        task = wait_finished(client, task_id)
     assert (task["status"], task["finish_reason"]) == ("failed", "llm_error")
     assert "unreachable" in task["error"].lower()
+    # Bounded retries: nothing answers on the port, so the attempts are counted by the client
+    # itself (app/llm/transport.py puts the count in the error)...
+    retries = dead_profile_settings.llm_max_retries
+    assert f"(after {retries + 1} attempt(s))" in task["error"], task["error"]
+    # ...and the attempt's time is its backoffs plus a refused connect each, far under a minute.
+    backoffs = sum(
+        retry_delay(n, dead_profile_settings.llm_retry_backoff_s, None)
+        for n in range(1, retries + 1)
+    )
+    ran_s = (
+        datetime.fromisoformat(task["finished_at"]) - datetime.fromisoformat(task["started_at"])
+    ).total_seconds()
+    assert ran_s < backoffs + 30, (ran_s, backoffs)
+    assert containers_of(task_id) == []

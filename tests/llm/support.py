@@ -1,12 +1,14 @@
-"""Helpers for the LLM driver tests: tool schemas, unique model names, a raw HTTP server."""
+"""Helpers for the LLM driver tests: tool schemas, unique model names, loopback HTTP servers."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from app.llm.scripted import Script, ScriptedLLMServer
 
@@ -38,9 +40,21 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+Reply = Callable[[dict[str, Any]], Awaitable[tuple[int, str, bytes]]]
+"""Request body -> (status, content type, response body)."""
+
+
+class Recorded:
+    """The request bodies a loopback server received, in order."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+
 @asynccontextmanager
-async def raw_http_server(status: int, body: bytes, content_type: str) -> AsyncIterator[str]:
-    """A real loopback HTTP server answering every request with fixed bytes; yields base_url."""
+async def planned_server(replies: Sequence[Reply]) -> AsyncIterator[tuple[str, Recorded]]:
+    """A real HTTP server answering request N with replies[N] (the last one repeats)."""
+    seen = Recorded()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -52,11 +66,15 @@ async def raw_http_server(status: int, body: bytes, content_type: str) -> AsyncI
             ),
             0,
         )
-        await reader.readexactly(length)
+        raw = await reader.readexactly(length)
+        body = json.loads(raw) if raw else {}
+        seen.bodies.append(body)
+        reply = replies[min(len(seen.bodies), len(replies)) - 1]
+        status, content_type, data = await reply(body)
         writer.write(
             f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
         )
         await writer.drain()
         writer.close()
@@ -64,7 +82,18 @@ async def raw_http_server(status: int, body: bytes, content_type: str) -> AsyncI
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}/v1", seen
     finally:
         server.close()
         await server.wait_closed()
+
+
+@asynccontextmanager
+async def raw_http_server(status: int, body: bytes, content_type: str) -> AsyncIterator[str]:
+    """A real loopback HTTP server answering every request with fixed bytes; yields base_url."""
+
+    async def reply(_body: dict[str, Any]) -> tuple[int, str, bytes]:
+        return status, content_type, body
+
+    async with planned_server([reply]) as (url, _seen):
+        yield url

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from app.llm.openai import OpenAIChatModel
 from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.llm.scripted_stream import completion_chunks
 from app.llm.sse import ChunkAssembler
-from tests.llm.support import TOOLS, USER, register
+from tests.llm.support import TOOLS, USER, planned_server, register
 
 TURN = Turn(
     tool="str_replace_editor",
@@ -156,31 +157,13 @@ async def picky_server() -> AsyncIterator[str]:
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
     }
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        body = json.loads(await reader.readexactly(length))
+    async def reply(body: dict[str, Any]) -> tuple[int, str, bytes]:
         if body.get("stream"):
-            status, payload = 400, {"error": {"message": "stream is not supported"}}
-        else:
-            status, payload = 200, plain
-        data = json.dumps(payload).encode()
-        writer.write(
-            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-            + data
-        )
-        await writer.drain()
-        writer.close()
+            return 400, "application/json", b'{"error": {"message": "stream is not supported"}}'
+        return 200, "application/json", json.dumps(plain).encode()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    async with server:
-        yield f"http://127.0.0.1:{port}/v1"
+    async with planned_server([reply]) as (url, _seen):
+        yield url
 
 
 async def test_a_server_that_refuses_streaming_is_asked_plainly(picky_server: str) -> None:

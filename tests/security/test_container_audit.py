@@ -8,11 +8,14 @@ import json
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 import pytest
 
 from app.sandbox import DockerHost
 from app.sandbox.policy import EgressPolicy, SandboxCaps, container_config, sandbox_config
+from app.sandbox.pool import pool_labels
+from app.sandbox.reaper import labels_for
 from tests.support.container_audit import SandboxAuditor, audit
 
 IMAGE = "sandhive-sandbox:latest"
@@ -61,9 +64,8 @@ def test_the_policy_with_egress_and_a_ca_bundle_passes_in_inspect_form() -> None
         egress=EgressPolicy(network="shv-egress-x", bridge="shvx0"),
         ca_bundle="/etc/ssl/certs/ca-certificates.crt",
     )
-    cfg = sandbox_config(
-        caps, labels={"sandhive.task": "t"}, cpus=1, memory_mb=256, disk_mb=32, network="egress"
-    )
+    labels = labels_for("inst", "tsk_1", 1, "w-1")
+    cfg = sandbox_config(caps, labels=labels, cpus=1, memory_mb=256, disk_mb=32, network="egress")
     body = container_config(cfg)
     # What `docker inspect` shows for it: HostConfig as sent, Mounts as resolved.
     info = {
@@ -133,3 +135,35 @@ def test_a_weak_container_is_flagged() -> None:
         "sandhive.managed",
     ):
         assert expected in problems, (expected, problems)
+
+
+def labelled(labels: dict[str, str]) -> list[str]:
+    """The audit's verdict on a policy-made sandbox that carries these labels."""
+    caps = SandboxCaps(image=IMAGE, max_cpus=1, max_memory_mb=512, max_disk_mb=64)
+    cfg = sandbox_config(caps, labels=labels, cpus=1, memory_mb=256, disk_mb=32, network="none")
+    body = container_config(cfg)
+    return audit({"HostConfig": body["HostConfig"], "Config": {"Labels": body["Labels"]}})
+
+
+def test_task_sandboxes_must_say_whose_they_are() -> None:
+    """C1.8: the reaper and operators tell a task sandbox's deployment, task, attempt, worker
+    and age from its labels; a warm-pool one (no task yet) from instance and worker."""
+    task = labels_for("inst", "tsk_1", 2, "w-1")
+    assert labelled(task) == []
+    assert datetime.fromisoformat(task["sandhive.created_at"]).tzinfo is not None
+    assert labelled(pool_labels("inst", "w-1")) == []
+    for key in ("sandhive.instance", "sandhive.attempt", "sandhive.worker", "sandhive.created_at"):
+        missing = {k: v for k, v in task.items() if k != key}
+        assert labelled(missing) == [f"no {key} label"], key
+    assert labelled({**task, "sandhive.attempt": "0"}) == [
+        "sandhive.attempt '0' is not an attempt number"
+    ]
+    assert labelled({**task, "sandhive.created_at": "yesterday"}) == [
+        "sandhive.created_at 'yesterday' is not an ISO 8601 time"
+    ]
+    assert labelled({"sandhive.task": "tsk_1"}) != []  # a bare task label is not enough
+    assert labelled({"sandhive.pool": "1", "sandhive.worker": "w-1"}) == [
+        "no sandhive.instance label"
+    ]
+    # Made outside any deployment (sandbox-layer tests, `sandhive local`, the bench): exempt.
+    assert labelled({"sandhive.local": "1"}) == []

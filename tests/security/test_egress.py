@@ -2,8 +2,10 @@
 
 Everything a probe may reach is on this machine and made by the test: two
 "outside" networks with a listener each (one allow-listed, one not), a TCP
-listener on the host's own addresses, a second egress sandbox. No name is ever
-looked up (Docker's resolver would forward the query off the machine).
+listener on the host's own addresses, a second egress sandbox, and for the
+default (empty) allow-list a network namespace standing in for a public
+address and for the metadata service. No name is ever looked up (Docker's
+resolver would forward the query off the machine).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -146,13 +149,8 @@ async def set_up(policy: EgressPolicy) -> str:
         return str(info["IPAM"]["Config"][0]["Gateway"])
 
 
-@pytest.fixture
-def egress(outside: Outside) -> Iterator[tuple[EgressPolicy, str]]:
-    """The deployment's egress network (names of the test's own) and firewall: (policy, gateway)."""
-    suffix = f"{os.getpid() % 100000}"
-    policy = EgressPolicy(
-        network=f"shv-test-egress-{suffix}", bridge=f"shvt{suffix}", allow=(outside.allowed_ip,)
-    )
+def egress_network(policy: EgressPolicy) -> Iterator[tuple[EgressPolicy, str]]:
+    """Set up the policy's network and firewall for one test, then remove them."""
     try:
         yield policy, asyncio.run(set_up(policy))
     finally:
@@ -165,8 +163,24 @@ def egress(outside: Outside) -> Iterator[tuple[EgressPolicy, str]]:
 
 
 @pytest.fixture
-def egress_settings(settings: Settings, egress: tuple[EgressPolicy, str]) -> Settings:
-    policy, _ = egress
+def egress(outside: Outside) -> Iterator[tuple[EgressPolicy, str]]:
+    """The deployment's egress network (names of the test's own) and firewall: (policy, gateway)."""
+    suffix = f"{os.getpid() % 100000}"
+    policy = EgressPolicy(
+        network=f"shv-test-egress-{suffix}", bridge=f"shvt{suffix}", allow=(outside.allowed_ip,)
+    )
+    yield from egress_network(policy)
+
+
+@pytest.fixture
+def open_egress() -> Iterator[tuple[EgressPolicy, str]]:
+    """The default policy: an empty allow-list (any public address, never a private one)."""
+    suffix = f"{os.getpid() % 100000}"
+    policy = EgressPolicy(network=f"shv-test-open-{suffix}", bridge=f"shvo{suffix}", allow=())
+    yield from egress_network(policy)
+
+
+def settings_for(settings: Settings, policy: EgressPolicy) -> Settings:
     return settings.model_copy(
         update={
             "redis_url": PRIVATE_REDIS,
@@ -179,15 +193,108 @@ def egress_settings(settings: Settings, egress: tuple[EgressPolicy, str]) -> Set
     )
 
 
-@pytest.fixture
-def service(egress_settings: Settings, tmp_path: Path) -> Iterator[Service]:
+def start_service(settings: Settings, tmp_path: Path) -> Iterator[Service]:
     import redis
 
     client = redis.Redis.from_url(PRIVATE_REDIS)
     client.flushdb()
     client.close()
-    with running_service(egress_settings, tmp_path) as svc:
+    with running_service(settings, tmp_path) as svc:
         yield svc
+
+
+@pytest.fixture
+def service(
+    settings: Settings, egress: tuple[EgressPolicy, str], tmp_path: Path
+) -> Iterator[Service]:
+    yield from start_service(settings_for(settings, egress[0]), tmp_path)
+
+
+@pytest.fixture
+def open_service(
+    settings: Settings, open_egress: tuple[EgressPolicy, str], tmp_path: Path
+) -> Iterator[Service]:
+    yield from start_service(settings_for(settings, open_egress[0]), tmp_path)
+
+
+@dataclass
+class Public:
+    """A stand-in for "a public address" and for the metadata service, in a network namespace
+    of the test's own behind a veth pair: nothing the probes send leaves this machine."""
+
+    address: str
+    host_side: str
+    """This machine's own address on the veth (a host address: must stay unreachable)."""
+
+
+PUBLIC_NET = "203.0.113"
+"""TEST-NET-3 (RFC 5737): outside every range the firewall blocks, never routed on the Internet."""
+METADATA = "169.254.169.254"
+
+
+@pytest.fixture
+def public(open_egress: tuple[EgressPolicy, str], tmp_path: Path) -> Iterator[Public]:
+    policy, _ = open_egress
+    tag = f"{os.getpid() % 100000}"
+    ns, outer, inner, table = (
+        f"shvt-pub-{tag}",
+        f"shvp{tag}",
+        f"shvq{tag}",
+        str(4000 + int(tag) % 1000),
+    )
+    subnet = json.loads(
+        run("docker", "network", "inspect", "-f", "{{json .IPAM.Config}}", policy.network)
+    )[0]["Subnet"]
+    served = tmp_path / "public"
+    served.mkdir()
+    (served / "index.html").write_text("public-answer\n")
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        run("ip", "netns", "add", ns)
+        run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
+        run("ip", "addr", "add", f"{PUBLIC_NET}.1/30", "dev", outer)
+        run("ip", "link", "set", outer, "up")
+        run("ip", "-n", ns, "addr", "add", f"{PUBLIC_NET}.2/30", "dev", inner)
+        run("ip", "-n", ns, "addr", "add", f"{METADATA}/32", "dev", inner)
+        run("ip", "-n", ns, "link", "set", inner, "up")
+        run("ip", "-n", ns, "link", "set", "lo", "up")
+        run("ip", "-n", ns, "route", "add", "default", "via", f"{PUBLIC_NET}.1")
+        # Only the egress network's traffic to the metadata address is steered into the
+        # namespace: were the firewall to let it pass, it would still never leave the machine.
+        run("ip", "route", "add", f"{METADATA}/32", "via", f"{PUBLIC_NET}.2", "table", table)
+        run("ip", "rule", "add", "from", subnet, "to", f"{METADATA}/32", "table", table)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "http.server", "80"],
+            cwd=served,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_serving(ns, f"{PUBLIC_NET}.2")
+        yield Public(address=f"{PUBLIC_NET}.2", host_side=f"{PUBLIC_NET}.1")
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(timeout=10)
+        for argv in (
+            ("ip", "rule", "del", "from", subnet, "to", f"{METADATA}/32", "table", table),
+            ("ip", "route", "flush", "table", table),
+            ("ip", "link", "del", outer),
+            ("ip", "netns", "del", ns),
+        ):
+            subprocess.run(argv, capture_output=True, check=False)
+
+
+def wait_serving(ns: str, address: str) -> None:
+    code = f"import socket; socket.create_connection(({address!r}, 80), 1).close()"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        probe = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True
+        )
+        if probe.returncode == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the stand-in public server on {address} did not start")
 
 
 def host_addresses() -> list[str]:
@@ -205,22 +312,7 @@ def test_egress_reaches_only_the_allow_list_never_the_host_or_other_sandboxes(
     host_listener: HostListener,
 ) -> None:
     policy, gateway = egress
-    # A neighbour on the same egress network, listening on 8000.
-    neighbour = run(
-        "docker",
-        "run",
-        "-d",
-        "--rm",
-        "--network",
-        policy.network,
-        "--cap-drop",
-        "ALL",
-        IMAGE,
-        "python3",
-        "-m",
-        "http.server",
-        "8000",
-    )
+    neighbour = start_neighbour(policy)
     try:
         neighbour_ip = container_ip(neighbour)
         api_port = int(service.base_url.rsplit(":", 1)[1])
@@ -236,7 +328,8 @@ def test_egress_reaches_only_the_allow_list_never_the_host_or_other_sandboxes(
             ["metadata", "169.254.169.254", 80],  # dropped at our own bridge: never leaves
             ["allowed", outside.allowed_ip, 8080],
         ]
-        scripted_llm.add_script("egress-probe", probe_script(targets, outside.allowed_ip))
+        url = f"http://{outside.allowed_ip}:8080/"
+        scripted_llm.add_script("egress-probe", probe_script(targets, url))
         with httpx.Client(base_url=service.base_url, timeout=30) as client:
             response = client.post(
                 "/v1/tasks",
@@ -268,7 +361,7 @@ def test_egress_reaches_only_the_allow_list_never_the_host_or_other_sandboxes(
     wait_removed(task_id)
 
 
-def probe_script(targets: list[Any], allowed_ip: str) -> Script:
+def probe_script(targets: list[Any], allowed_url: str) -> Script:
     return Script(
         turns=[
             Turn(
@@ -286,8 +379,7 @@ def probe_script(targets: list[Any], allowed_ip: str) -> Script:
             Turn(
                 tool="execute_bash",
                 arguments={
-                    "command": "python3 /testbed/probe.py /testbed/targets.json "
-                    f"http://{allowed_ip}:8080/"
+                    "command": f"python3 /testbed/probe.py /testbed/targets.json {allowed_url}"
                 },
             ),
             Turn(
@@ -300,6 +392,82 @@ def probe_script(targets: list[Any], allowed_ip: str) -> Script:
             Turn(tool="submit", arguments={}),
         ]
     )
+
+
+def start_neighbour(policy: EgressPolicy) -> str:
+    """A container on the same egress network, listening on 8000 (another tenant's sandbox)."""
+    return run(
+        "docker",
+        "run",
+        "-d",
+        "--rm",
+        "--network",
+        policy.network,
+        "--cap-drop",
+        "ALL",
+        IMAGE,
+        "python3",
+        "-m",
+        "http.server",
+        "8000",
+    )
+
+
+def test_with_an_empty_allow_list_public_addresses_answer_and_nothing_private_does(
+    open_service: Service,
+    scripted_llm: ScriptedLLMServer,
+    open_egress: tuple[EgressPolicy, str],
+    outside: Outside,
+    public: Public,
+    host_listener: HostListener,
+) -> None:
+    """The default policy, live: a public address is reachable, so the sandbox has a network;
+    the host, the service's networks, a neighbour sandbox and the metadata address are not."""
+    policy, gateway = open_egress
+    neighbour = start_neighbour(policy)
+    try:
+        neighbour_ip = container_ip(neighbour)
+        api_port = int(open_service.base_url.rsplit(":", 1)[1])
+        ports = [5432, 6379, api_port, 2375, 2376, 22, host_listener.port]
+        addresses = sorted({gateway, public.host_side, *host_addresses()})
+        targets: list[Any] = [
+            [f"host:{address}:{port}", address, port] for address in addresses for port in ports
+        ]
+        targets += [
+            ["internal-network", outside.internal_ip, 8080],  # a service network stand-in
+            ["other-network", outside.allowed_ip, 8080],  # allow-listed only in the other test
+            ["neighbour-sandbox", neighbour_ip, 8000],
+            ["metadata", METADATA, 80],  # steered into the test's namespace, never off the host
+            ["public", public.address, 80],
+        ]
+        scripted_llm.add_script(
+            "egress-open-probe", probe_script(targets, f"http://{public.address}/")
+        )
+        with httpx.Client(base_url=open_service.base_url, timeout=30) as client:
+            response = client.post(
+                "/v1/tasks",
+                json={
+                    "prompt": "probe",
+                    "llm": {"model": "egress-open-probe"},
+                    "sandbox": {"network": "egress", "memory_mb": 256, "disk_mb": 64},
+                    "limits": {"command_timeout_s": 60},
+                },
+            )
+            assert response.status_code == 202, response.text
+            task_id = response.json()["id"]
+            task = wait_finished(client, task_id, 120)
+            seen = observations(client, task_id)
+    finally:
+        subprocess.run(["docker", "rm", "-f", neighbour], capture_output=True, check=False)
+    assert task["status"] == "succeeded", (task, seen, open_service.logs()[-3000:])
+    results = dict(line.split(" ", 1) for line in seen[2].splitlines() if line.count(" ") == 1)
+    assert results["public"] == "open", results
+    assert "allowed-http public-answer" in seen[2]
+    blocked = {name: r for name, r in results.items() if name not in ("public", "allowed-http")}
+    assert len(blocked) == len(targets) - 1
+    assert all(r != "open" for r in blocked.values()), blocked
+    assert host_listener.accepted == []  # nothing from a sandbox reached the host
+    wait_removed(task_id)
 
 
 def test_the_listener_is_reachable_without_the_firewall(host_listener: HostListener) -> None:

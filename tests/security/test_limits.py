@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from app.api.app import create_app
 from app.config import Settings
@@ -325,3 +326,13 @@ def test_settings_read_lists_from_the_environment(monkeypatch: pytest.MonkeyPatc
     settings = Settings(_env_file=None)
     assert settings.allowed_origins == ["https://a.example", "https://b.example"]
     assert settings.sandbox_egress_allow == ["192.0.2.0/24"]
+
+
+@pytest.mark.parametrize("entry", ["example.com", "2001:db8::/32", "10.0.0.0/33"])
+def test_an_egress_allow_list_of_names_or_ipv6_is_refused_at_start_up(
+    monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    monkeypatch.setenv("SANDHIVE_SANDBOX_EGRESS_ALLOW", f"192.0.2.0/24,{entry}")
+    with pytest.raises(ValidationError, match="sandbox_egress_allow") as refused:
+        Settings(_env_file=None)
+    assert entry in str(refused.value)

@@ -3,8 +3,11 @@
 scripted LLM → API → Redis → worker → Docker sandbox, with small limits (pids 64,
 memory 256 MiB, disk 64 MiB, 5 s commands). Each attack task runs next to a
 canary task; each test asserts the host side (API answers, processes alive, the
-cgroup never over its limit), the canary's success, and that the attacked task
-got a readable observation or ended cleanly, its container gone.
+cgroup never over its limit, host `MemAvailable` never collapsing and coming
+back, no zombie left unreaped by a sandbox's init nor outliving its sandbox, no
+inbound exposure), the canary's success within a bound of its own run time
+measured alone in the same test, and that the attacked task got a readable
+observation or ended cleanly, its container gone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +149,14 @@ class HostWatch:
     memory_peak: dict[str, int] = field(default_factory=dict)
     memory_limit: dict[str, int] = field(default_factory=dict)
     throttled: dict[str, int] = field(default_factory=dict)
+    mem_available: list[int] = field(default_factory=list)
+    """Host `MemAvailable` (bytes), one per round."""
+    containers: set[str] = field(default_factory=set)
+    """Every sandbox of the watched tasks seen running."""
+    init_pid: dict[str, int] = field(default_factory=dict)
+    """Each sandbox's init (its PID 1) as a host PID."""
+    orphan_zombies: dict[tuple[int, int], tuple[str, float, float]] = field(default_factory=dict)
+    """Zombies whose parent is a sandbox's init, by (pid, start): (sandbox, first, last seen)."""
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -154,10 +166,51 @@ class HostWatch:
                     self.health.append(client.get("/healthz").status_code)
                 except httpx.HTTPError:
                     self.health.append(0)
+                available = mem_available()
+                if available is not None:
+                    self.mem_available.append(available)
                 for task_id in self.tasks:
                     for cid in containers_of(task_id):
+                        self.containers.add(cid)
                         self.sample(cid)
+                        self.sample_zombies(cid)
                 time.sleep(0.5)
+
+    def sample_zombies(self, cid: str) -> None:
+        """Zombies in the sandbox that its init should have reaped (their parent is init)."""
+        if cid not in self.init_pid:
+            pid = subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Pid}}", cid],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            if not pid.isdigit() or pid == "0":
+                return
+            self.init_pid[cid] = int(pid)
+        init = self.init_pid[cid]
+        try:  # a zombie has left its cgroup's list, not its parent's
+            pids = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+        except OSError:
+            return
+        now = time.monotonic()
+        for pid in pids:
+            stat = proc_stat(int(pid))
+            if stat is None:
+                continue
+            state, ppid, started = stat
+            if state == "Z" and ppid == init:
+                key = (int(pid), started)
+                first = self.orphan_zombies.get(key, (cid, now, now))[1]
+                self.orphan_zombies[key] = (cid, first, now)
+
+    def lingering_zombies(self, grace_s: float) -> list[str]:
+        """Zombies left to init that stayed unreaped for longer than `grace_s`."""
+        return [
+            f"{cid[:12]} pid {pid}: {last - first:.1f} s"
+            for (pid, _), (cid, first, last) in self.orphan_zombies.items()
+            if last - first > grace_s
+        ]
 
     def sample(self, cid: str) -> None:
         pids = read_int(CGROUP / "pids/docker" / cid / "pids.current")
@@ -182,6 +235,48 @@ class HostWatch:
             pass
 
 
+def mem_available() -> int | None:
+    """The host's `MemAvailable` in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time in ticks) of a host process, None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def zombies_of(container_ids: set[str]) -> list[str]:
+    """Zombie processes anywhere on the host that belonged to one of these sandboxes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = proc_stat(int(entry.name))
+        if stat is None or stat[0] != "Z":
+            continue
+        try:
+            cgroups = (entry / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(cid in cgroups for cid in container_ids):
+            found.append(f"pid {entry.name} ppid {stat[1]}")
+    return found
+
+
+def run_time(task: dict[str, Any]) -> float:
+    """Seconds from the task's start in a worker to its end (queueing excluded)."""
+    started = datetime.fromisoformat(task["started_at"])
+    return (datetime.fromisoformat(task["finished_at"]) - started).total_seconds()
+
+
 def read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -198,6 +293,19 @@ def watch(service: Service) -> Iterator[HostWatch]:
     watcher.stop.set()
     thread.join(timeout=30)
 
+
+ZOMBIE_GRACE_S = 5.0
+"""A zombie left to a sandbox's init must be reaped well within this (tini reaps at once)."""
+ZOMBIE_MAKER = bash(
+    "python3 -c 'import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n"
+    "        time.sleep(0.2)\n        os._exit(0)\nos._exit(0)'; "
+    "sleep 2; echo zombies: $(ps -eo stat= | grep -c ^Z)"  # well inside the 5 s command limit
+)
+MEMORY_SLACK = 2 * 2**30
+"""Room for the rest of this shared machine (other tests, helpers) moving `MemAvailable`."""
+CANARY_FACTOR = 3.0
+CANARY_SLACK_S = 30.0
+"""The canary beside the attacks may take CANARY_FACTOR x its run time alone, plus this."""
 
 RESOURCE_ATTACKS = [
     # S-02 memory bomb: 64 MiB chunks up to 4x the limit
@@ -218,6 +326,8 @@ RESOURCE_ATTACKS = [
     # S-08 a SIGTERM-ignoring runaway, then a double-forked daemon
     bash("trap '' TERM; sleep 100"),
     bash("setsid sh -c 'trap \"\" TERM HUP; sleep 1000' >/dev/null 2>&1 & echo daemon started"),
+    # S-08 a parent that exits at once, leaving 20 children that exit unwaited for: init's
+    ZOMBIE_MAKER,
     # A-38 an output bomb: many files, a deep tree, a big file, odd names, a symlink
     bash(
         "cd /testbed/output && for i in $(seq 300); do echo $i > f$i.txt; done; "
@@ -237,7 +347,13 @@ def test_resource_attacks_stay_inside_their_sandbox(
     )
     scripted_llm.add_script("attack-forkbomb", fork_bomb_script())
     scripted_llm.add_script("attack-canary", canary_script())
+    scripted_llm.add_script("attack-canary-alone", canary_script())
     with httpx.Client(base_url=service.base_url, timeout=30) as client:
+        # Baselines on the same machine, moments before: the canary alone (C0), MemAvailable.
+        alone = wait_finished(client, submit(client, "attack-canary-alone"))
+        assert alone["status"] == "succeeded", alone
+        memory_before = mem_available()
+        assert memory_before is not None
         attacked = submit(client, "attack-resources")
         bomb = submit(client, "attack-forkbomb", limits={**LIMITS, "timeout_s": 30})
         canary = submit(client, "attack-canary")
@@ -249,9 +365,17 @@ def test_resource_attacks_stay_inside_their_sandbox(
         bomb_seen = observations(client, bomb)
         artifacts = client.get(f"/v1/tasks/{attacked}/artifacts").json()
         archive = client.get(f"/v1/tasks/{attacked}/artifacts.zip").content
+    for task_id in (attacked, bomb, canary):
+        wait_removed(task_id)
+    time.sleep(3)  # the sandboxes are gone: give the kernel a moment to hand their memory back
+    memory_after = max(mem_available() or 0 for _ in range(3))
+    canary_alone, canary_beside = run_time(alone), run_time(done[canary])
     print(
         f"attacks took {elapsed:.0f} s; pids peak {watch.pids_max_seen}/{PIDS}; memory peaks "
-        f"{[p // 2**20 for p in watch.memory_peak.values()]} MiB; throttled {watch.throttled}"
+        f"{[p // 2**20 for p in watch.memory_peak.values()]} MiB; throttled {watch.throttled}; "
+        f"MemAvailable before {memory_before >> 20} min {min(watch.mem_available) >> 20} "
+        f"after {memory_after >> 20} MiB; canary alone {canary_alone:.1f} s, beside the attacks "
+        f"{canary_beside:.1f} s; orphan zombies seen {len(watch.orphan_zombies)}"
     )
     logs = service.logs()
     print("attacked:", done[attacked]["status"], done[attacked]["error"], seen[-2:])
@@ -262,6 +386,20 @@ def test_resource_attacks_stay_inside_their_sandbox(
     assert set(watch.health) == {200}, watch.health
     assert service.api.poll() is None
     assert service.worker.poll() is None
+    assert canary_beside <= CANARY_FACTOR * canary_alone + CANARY_SLACK_S, (
+        canary_beside,
+        canary_alone,
+    )
+    # Host memory never collapsed (the sandboxes may hold at most their limits) and came back.
+    held = 3 * (MEMORY_MB + DISK_MB) * 2**20
+    assert min(watch.mem_available) >= memory_before - held - MEMORY_SLACK
+    assert min(watch.mem_available) > 4 * 2**30  # RELIABILITY S-02
+    assert memory_after >= memory_before - MEMORY_SLACK
+    # No zombie outlived its sandbox, and init reaped the ones left to it (S-08).
+    assert watch.containers
+    assert len(watch.init_pid) == len(watch.containers)
+    assert watch.lingering_zombies(ZOMBIE_GRACE_S) == []
+    assert zombies_of(watch.containers) == []
     assert watch.pids_over == []
     assert PIDS - 8 <= watch.pids_max_seen <= PIDS + EXEC_SLACK  # the bomb hit the cap
     for cid, peak in watch.memory_peak.items():
@@ -275,7 +413,7 @@ def test_resource_attacks_stay_inside_their_sandbox(
         "submitted",
         "alive",
     ), (task["error"], seen, logs[-5000:])
-    memory, disk, scratch, flood, binary, cpu, runaway, daemon, bomb_out, alive = seen[:10]
+    memory, disk, scratch, flood, binary, cpu, runaway, daemon, zombies, bomb_out, alive = seen[:11]
     assert "137" in memory or "Killed" in memory
     assert "No space left on device" in disk
     assert "No space left on device" in scratch
@@ -286,6 +424,7 @@ def test_resource_attacks_stay_inside_their_sandbox(
     assert "spun" in cpu
     assert "took too long" in runaway
     assert "daemon started" in daemon
+    assert "zombies: 0" in zombies, zombies  # init (Init=true) reaped the orphans
     assert "made" in bomb_out
     assert "still usable" in alive
 
@@ -302,8 +441,6 @@ def test_resource_attacks_stay_inside_their_sandbox(
     assert done[bomb]["status"] in ("succeeded", "failed"), done[bomb]
     assert done[bomb]["finish_reason"] in ("submitted", "timeout", "max_steps"), done[bomb]
     assert re.search(r"fork|Resource temporarily unavailable|took too long", " ".join(bomb_seen))
-    for task_id in (attacked, bomb, canary):
-        wait_removed(task_id)
 
 
 def fork_bomb_script() -> Script:
@@ -367,9 +504,83 @@ def listener_ip() -> Iterator[str]:
         subprocess.run(["docker", "network", "rm", name], capture_output=True, check=False)
 
 
-def host_listeners() -> set[str]:
-    out = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
-    return {line.split()[3] for line in out.splitlines() if line.strip()}
+N20_PORT = 8000
+N20_TOKEN = "n20-token-6f1d2c"
+"""Served by the sandbox's listener: only that listener can answer with it."""
+
+
+def exposure_listeners(sandbox_ips: set[str]) -> set[str]:
+    """Host TCP listeners a sandbox could have caused: a `docker-proxy` forwarding to one of its
+    addresses (a published port), one of `dockerd`'s own, and any on the sandbox's port off
+    loopback. Every other listener on this shared machine (other tests, other containers'
+    published ports, helpers) is not the sandbox's doing."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        local, owner = parts[3], " ".join(parts[5:])
+        address, _, port = local.rpartition(":")
+        loopback = address.strip("[]").startswith("127.") or address.strip("[]") == "::1"
+        proxied = re.search(r'\("docker-proxy",pid=(\d+)', owner)
+        if proxied:
+            ours = proxy_target(int(proxied.group(1))) in sandbox_ips
+        else:
+            ours = '"dockerd"' in owner or (port == str(N20_PORT) and not loopback)
+        if ours:
+            found.add(f"{local} {owner}")
+    return found
+
+
+def proxy_target(pid: int) -> str:
+    """The container address a `docker-proxy` forwards to ("" if it is gone)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return ""
+    return argv[argv.index("-container-ip") + 1] if "-container-ip" in argv else ""
+
+
+def sandbox_addresses(container_ids: list[str]) -> set[str]:
+    """Every address the sandboxes have on Docker networks (none with network `none`)."""
+    fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
+    found: set[str] = set()
+    for cid in container_ids:
+        out = subprocess.run(
+            ["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True, check=False
+        )
+        found.update(out.stdout.split())
+    return found
+
+
+def answers_with_token(address: str) -> str:
+    """What the host gets asking `address:N20_PORT` for the sandbox's token ("" when nothing)."""
+    host = f"[{address}]" if ":" in address else address
+    try:
+        response = httpx.get(f"http://{host}:{N20_PORT}/{N20_TOKEN}.txt", timeout=2)
+    except httpx.HTTPError:
+        return ""
+    return response.text if N20_TOKEN in response.text else ""
+
+
+def published_ports(container_id: str) -> list[str]:
+    """A container's port publishing as Docker records it; all empty when nothing is exposed."""
+    fmt = "{{json .HostConfig.PortBindings}} {{json .NetworkSettings.Ports}} "
+    fmt += "{{.HostConfig.PublishAllPorts}}"
+    out = subprocess.run(
+        ["docker", "inspect", "-f", fmt, container_id], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [item for item in out if item not in ("{}", "null", "false")]
+
+
+def host_addresses() -> list[str]:
+    """Every address of this machine's interfaces (IPv4 and IPv6, link-local left out)."""
+    out = subprocess.run(
+        ["ip", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    addresses = [line.split()[3].split("/")[0] for line in out.splitlines()]
+    return [a for a in addresses if not a.startswith("fe80:")]
 
 
 def probe_script(listener: str) -> Script:
@@ -421,9 +632,16 @@ def probe_script(listener: str) -> Script:
             "/var /opt /usr/local 2>/dev/null; echo secrets-done"
         ),
         bash("cat /proc/self/mountinfo"),
-        # N-20: a listener inside is not exposed anywhere
-        bash("(python3 -m http.server 8000 >/dev/null 2>&1 &) ; sleep 1; echo listening"),
-        bash("sleep 2; echo done"),
+        # N-20: a listener inside (every address, IPv4 and IPv6) is not exposed anywhere; it
+        # answers inside, so a host that could reach it would get the token.
+        bash(
+            f"mkdir -p /tmp/n20 && echo {N20_TOKEN} > /tmp/n20/{N20_TOKEN}.txt && "
+            f"(cd /tmp/n20 && python3 -m http.server {N20_PORT} >/dev/null 2>&1 &) ; sleep 1; "
+            "python3 -c \"import urllib.request as u; print('inside:', u.urlopen("
+            f"'http://127.0.0.1:{N20_PORT}/{N20_TOKEN}.txt', timeout=5).read().decode())\"; "
+            "echo listening"
+        ),
+        bash("sleep 4; echo done"),
     ]
     return Script([*probes, *answer_and_submit("probed")])
 
@@ -436,32 +654,31 @@ def test_privilege_control_plane_network_and_secret_probes_all_fail(
 ) -> None:
     scripted_llm.add_script("attack-probes", probe_script(listener_ip))
     scripted_llm.add_script("attack-canary-2", canary_script())
-    before = host_listeners()
     with httpx.Client(base_url=service.base_url, timeout=30) as client:
+        before = exposure_listeners(set())  # on port 8000 off loopback: someone else's
         probed = submit(client, "attack-probes")
         canary = submit(client, "attack-canary-2")
         watch.tasks += [probed, canary]
-        # N-20, while the sandbox listens on 8000: no new host listener, nothing published
+        # N-20, while the sandbox listens (the next step sleeps 4 s): no listener of Docker's
+        # and none on the port off loopback appeared, nothing is published, and no host
+        # address answers with what the sandbox serves.
         deadline = time.monotonic() + 60
         while len(observations(client, probed)) < 9 and time.monotonic() < deadline:
             time.sleep(0.3)
-        during = host_listeners()
-        ports = [
-            subprocess.run(
-                ["docker", "inspect", "-f", "{{json .NetworkSettings.Ports}}", cid],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-            for cid in containers_of(probed)
-        ]
+        boxes = containers_of(probed)
+        exposed = exposure_listeners(sandbox_addresses(boxes)) - before
+        ports = [port for cid in boxes for port in published_ports(cid)]
+        answered = {a: answers_with_token(a) for a in ["127.0.0.1", *host_addresses()]}
         task = wait_finished(client, probed)
         canary_task = wait_finished(client, canary)
         seen = observations(client, probed)
     assert (task["status"], task["answer"]) == ("succeeded", "probed"), (task, seen)
     assert (canary_task["status"], canary_task["answer"]) == ("succeeded", "canary ok")
-    assert during - before == set(), during - before
-    assert all(port in ("{}", "null", "") for port in ports), ports
+    assert exposed == set(), exposed
+    assert boxes, "the probed sandbox was gone before N-20 could look at it"
+    assert ports == [], ports
+    assert {a: text for a, text in answered.items() if text} == {}
+    assert f"inside: {N20_TOKEN}" in seen[8], seen[8]  # it did listen, inside
     status, tricks, kernel, setuid, control, network, env, mounts = seen[:8]
 
     assert "CapEff:\t00000000a80000fb" not in status  # not Docker's default set ...

@@ -13,13 +13,24 @@ import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
+from app.sandbox.reaper import (
+    ATTEMPT_LABEL,
+    CREATED_LABEL,
+    INSTANCE_LABEL,
+    POOL_LABEL,
+    TASK_LABEL,
+    WORKER_LABEL,
+)
 
 SANDBOX_NAME = re.compile(r"^/?sandhive-[0-9a-f]{12}$")
 MAX_PIDS = 4096
 FORBIDDEN_SECURITY = ("seccomp=unconfined", "apparmor=unconfined", "label=disable")
+OUTSIDE_A_DEPLOYMENT = frozenset({"sandhive.local", "sandhive.bench", "sandhive.test"})
+"""Labels of sandboxes no worker made: `sandhive local`, bench/overhead.py, sandbox-layer tests."""
 
 
 def audit(info: dict[str, Any]) -> list[str]:
@@ -41,11 +52,36 @@ def audit(info: dict[str, Any]) -> list[str]:
         problems.append(f"restart policy {hc.get('RestartPolicy')}")
     if (hc.get("LogConfig") or {}).get("Type") not in ("none", "local"):
         problems.append(f"log driver {(hc.get('LogConfig') or {}).get('Type')!r} does not rotate")
-    labels = config.get("Labels") or {}
+    return problems + _labels(config.get("Labels") or {})
+
+
+def _labels(labels: dict[str, str]) -> list[str]:
+    """What the reaper and an operator need to tell whose a sandbox is (C1.8).
+
+    A task sandbox (made by a worker) carries the instance, task, attempt, worker and
+    creation time; a warm-pool one the instance and worker (its task is not known when it
+    is made); `sandhive local`, the overhead bench and the sandbox-layer tests make
+    sandboxes outside any deployment and mark them so instead.
+    """
     if labels.get(MANAGED_LABEL) != "1":
-        problems.append("no sandhive.managed label")
-    if not {"sandhive.task", "sandhive.local", "sandhive.pool"} & labels.keys():
-        problems.append("no sandhive.task label")  # pooled sandboxes get their task later
+        return ["no sandhive.managed label"]
+    if labels.keys() & OUTSIDE_A_DEPLOYMENT:
+        return []
+    required: tuple[str, ...]
+    if labels.get(POOL_LABEL) == "1":
+        required = (INSTANCE_LABEL, WORKER_LABEL)
+    else:
+        required = (INSTANCE_LABEL, TASK_LABEL, ATTEMPT_LABEL, WORKER_LABEL, CREATED_LABEL)
+    problems = [f"no {key} label" for key in required if not labels.get(key)]
+    attempt = labels.get(ATTEMPT_LABEL)
+    if attempt is not None and not (attempt.isdigit() and int(attempt) >= 1):
+        problems.append(f"{ATTEMPT_LABEL} {attempt!r} is not an attempt number")
+    created = labels.get(CREATED_LABEL)
+    if created:
+        try:
+            datetime.fromisoformat(created)
+        except ValueError:
+            problems.append(f"{CREATED_LABEL} {created!r} is not an ISO 8601 time")
     return problems
 
 
@@ -178,7 +214,8 @@ class SandboxAuditor:
         self.audited.append(container_id)
         problems = audit(info)
         if problems:
-            self.violations[f"{info.get('Name')} {container_id[:12]}"] = problems
+            task = ((info.get("Config") or {}).get("Labels") or {}).get(TASK_LABEL, "-")
+            self.violations[f"{info.get('Name')} {container_id[:12]} task={task}"] = problems
 
     def stop(self) -> None:
         if self._proc is not None:

@@ -1,0 +1,76 @@
+"""Taking a task: read a queue message and take its task's lease, the first thing a worker does.
+
+One function for the pool and for the fault test that kills a process right
+after this step (tests/e2e/test_faults_worker_killed.py), so that test dies
+exactly where a worker would. After `take` the caller holds the message (the
+group's pending list) and the lease; Postgres is untouched (the task is still
+`queued`), so a death here costs no attempt: the lease expires, another worker
+reclaims the message and starts attempt 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from app.bus import leases, queue
+from app.bus.queue import Claim
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A message this worker read and the lease it holds on the message's task."""
+
+    claim: Claim
+    holder: str
+    reclaimed: bool = False
+    """Taken back through XAUTOCLAIM after its lease lapsed: a dead worker's task, or this
+    worker's own when its loop stalled past the lease. Only the pool, which knows what it
+    runs, can tell which, so it does the logging and the RECLAIMED count."""
+
+    @property
+    def task_id(self) -> str:
+        return self.claim.task_id
+
+
+async def take(
+    redis: Redis, worker: str, *, lease_ms: int, reclaim: bool, block_ms: int
+) -> Taken | None:
+    """The next task to run, leased; None when there is none within block_ms.
+
+    With `reclaim`, a dead worker's message (idle for a whole lease) comes
+    first. A message whose task another holder leases is skipped: acked when it
+    is a duplicate (the holder runs the task from its own message), left alone
+    when it is the holder's own (it renews it and acks it when done).
+    """
+    if reclaim:
+        claim = await queue.reclaim(redis, worker, min_idle_ms=lease_ms)
+        if claim is not None:
+            taken = await _lease(redis, worker, claim, lease_ms, reclaimed=True)
+            if taken is not None:
+                return taken
+    while True:  # skip duplicates without a pause: a queue full of them must not stall us
+        claim = await queue.claim(redis, worker, block_ms=block_ms)
+        if claim is None:
+            return None
+        taken = await _lease(redis, worker, claim, lease_ms)
+        if taken is not None:
+            return taken
+
+
+async def _lease(
+    redis: Redis, worker: str, claim: Claim, lease_ms: int, *, reclaimed: bool = False
+) -> Taken | None:
+    holder = leases.holder_of(worker, claim.message_id)
+    current = await leases.acquire(redis, claim.task_id, holder, lease_ms)
+    if current is None:
+        return Taken(claim, holder, reclaimed)
+    if leases.message_of(current) != claim.message_id:
+        await queue.ack(redis, claim.message_id)  # a duplicate: the holder has its own
+    return None
+
+
+async def give_back(redis: Redis, taken: Taken) -> None:
+    """Return a task taken but not started: a fresh message on the queue, lease dropped."""
+    await leases.release(redis, taken.task_id, taken.holder, taken.claim.message_id, requeue=True)
