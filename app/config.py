@@ -177,6 +177,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"not an IPv4 address or CIDR: {item!r}") from None
             if network.version != 4:
                 raise ValueError(f"only IPv4 CIDRs are supported, got {item!r}")
+            if network.prefixlen == 0:  # allowed CIDRs pass the host's INPUT rules as well
+                raise ValueError(f"{item!r} would open the host: leave the list empty instead")
         return value
 
     # Reliability (issue 4): leases, reclaim, reconciliation, reaping, shutdown, backpressure.

@@ -40,6 +40,7 @@ CLOSE_SERVER_ERROR = 1011
 CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_SLOW = 4408
 CLOSE_WAIT_S = 10.0
+STOPPING_CLOSE_WAIT_S = 1.0
 SEQ_MAX = 2**31 - 1
 """`seq` is a Postgres integer: a larger `after` is a 422, not a database error."""
 SSE_RETRY_MS = 2000
@@ -242,7 +243,9 @@ class _EventStreamResponse(Response):
             await _sse_pump(self._opening, self._stopping, receive, send)
         end = {"type": "http.response.body", "body": b"", "more_body": False}
         with contextlib.suppress(OSError, TimeoutError):
-            await asyncio.wait_for(send(end), CLOSE_WAIT_S)
+            # Stopping: a stalled client must not hold the exit for the graceful window.
+            wait_s = STOPPING_CLOSE_WAIT_S if self._stopping.is_set() else CLOSE_WAIT_S
+            await asyncio.wait_for(send(end), wait_s)
 
 
 async def _sse_pump(

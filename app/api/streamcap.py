@@ -32,12 +32,14 @@ from app.errors import TooManyRequests
 log = logging.getLogger(__name__)
 
 SLOT_REFRESH_S = 5.0
+SLOT_REFRESH_MIN_S = 1.0
+"""Tests shorten keepalives; a refresh a busy loop delays must still come before expiry."""
 SLOT_TTL_FACTOR = 3
 """A slot survives this many missed refreshes (a slow Redis call) before it expires."""
 
 
 def refresh_every_s(settings: Settings) -> float:
-    return min(SLOT_REFRESH_S, settings.stream_keepalive_s)
+    return max(SLOT_REFRESH_MIN_S, min(SLOT_REFRESH_S, settings.stream_keepalive_s))
 
 
 class StreamSlot:

@@ -5,7 +5,9 @@ stream, scored by the Redis-clock time at which it expires. Taking a slot prunes
 expired members, counts, and adds, in one Lua script (atomic, so two processes
 cannot both take the last slot). The holder refreshes its expiry while the stream
 is open and removes it on close; a process that dies without closing frees its
-slots when they expire, so no slot is lost for longer than `ttl_s`.
+slots when they expire, so no slot is lost for longer than `ttl_s`. The key's own
+expiry is only ever pushed later, so a holder with a shorter `ttl_s` cannot drop
+the slots of others.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ if redis.call('ZCARD', KEYS[1]) >= cap then
   return 0
 end
 redis.call('ZADD', KEYS[1], t + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(ttl * 1000) + 1000)
+local keep = math.ceil(ttl * 1000) + 1000
+if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
 return 1
 """
 
@@ -35,7 +38,8 @@ local now = redis.call('TIME')
 local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], t + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(ttl * 1000) + 1000)
+local keep = math.ceil(ttl * 1000) + 1000
+if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
 return 1
 """
 

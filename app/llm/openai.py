@@ -35,8 +35,7 @@ from app.llm.transport import redact_url as redact_url
 from app.llm.transport import retry_delay as retry_delay
 
 TEMPERATURE_REFUSED = re.compile(
-    r"""["']param["']\s*:\s*["']temperature["']"""  # OpenAI names the parameter it refuses
-    r"|unsupported (?:value|parameter)\W+temperature"
+    r"unsupported (?:value|parameter)\W+temperature"
     r"|temperature\W+(?:is not|are not|not) supported|temperature\W+does not support"
     r"|does not support\W+(?:the )?temperature",
     re.IGNORECASE,

@@ -201,6 +201,7 @@ class Worker:
                 lease_ms=int(self.settings.worker_lease_s * 1000),
                 reclaim=reclaim,
                 block_ms=CLAIM_BLOCK_MS,
+                running=self.running,
             )
         except (RedisError, OSError) as exc:
             self._backoff = min(max(self._backoff * 2, 0.2), MAX_BACKOFF_S)
@@ -212,7 +213,7 @@ class Worker:
 
     async def _may_start(self, ctx: WorkerContext, taken: Taken) -> bool:
         """Whether to start a task just taken; if not, it is left to its attempt or given back."""
-        if taken.task_id in self.running:  # our own lease lapsed (a stalled loop)
+        if taken.already_running:
             await _quietly("keep one attempt", self._keep_one(ctx, taken))
             return False
         if taken.reclaimed:  # a dead worker's task (this worker's own was handled above)
@@ -225,19 +226,18 @@ class Worker:
         return True
 
     async def _keep_one(self, ctx: WorkerContext, taken: Taken) -> None:
-        """This worker took a task it already runs: the attempt goes on, no second one starts.
+        """This worker took a task it already runs (`take` left it unleased): no second attempt.
 
-        That happens when the event loop stalled past the lease (the task's own
-        message comes back through XAUTOCLAIM, with the same holder: nothing to
-        undo), or when reconciliation queued it again meanwhile (another message:
-        its lease is dropped and it is acked, and the running attempt's next
-        renewal takes the lease back).
+        Its own message back through XAUTOCLAIM (the loop stalled past the lease):
+        nothing to do, the attempt's renewals keep lease and message. Another
+        message (reconciliation queued the task again meanwhile): acked, dropped.
         """
-        if taken.holder == self.running[taken.task_id].holder:
+        running = self.running.get(taken.task_id)
+        if running is not None and running.claim.message_id == taken.claim.message_id:
             log.warning("took back its own message of %s: its lease lapsed", taken.task_id)
             return
         log.warning("took %s again while running it: a duplicate message, dropped", taken.task_id)
-        await leases.release(ctx.redis, taken.task_id, taken.holder, taken.claim.message_id)
+        await queue.ack(ctx.redis, taken.claim.message_id)
 
     async def _attempt(self, ctx: WorkerContext, running: Running) -> None:
         logs.bind(task_id=running.task_id, worker=self.name)  # this asyncio task's lines only

@@ -10,6 +10,7 @@ reclaims the message and starts attempt 1.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -28,6 +29,9 @@ class Taken:
     """Taken back through XAUTOCLAIM after its lease lapsed: a dead worker's task, or this
     worker's own when its loop stalled past the lease. Only the pool, which knows what it
     runs, can tell which, so it does the logging and the RECLAIMED count."""
+    already_running: bool = False
+    """The task is one this worker runs now: not leased here (the running attempt's
+    renewals keep the lease), for the pool to drop or keep."""
 
     @property
     def task_id(self) -> str:
@@ -35,34 +39,51 @@ class Taken:
 
 
 async def take(
-    redis: Redis, worker: str, *, lease_ms: int, reclaim: bool, block_ms: int
+    redis: Redis,
+    worker: str,
+    *,
+    lease_ms: int,
+    reclaim: bool,
+    block_ms: int,
+    running: Container[str] = frozenset(),
 ) -> Taken | None:
     """The next task to run, leased; None when there is none within block_ms.
 
     With `reclaim`, a dead worker's message (idle for a whole lease) comes
     first. A message whose task another holder leases is skipped: acked when it
     is a duplicate (the holder runs the task from its own message), left alone
-    when it is the holder's own (it renews it and acks it when done).
+    when it is the holder's own (it renews it and acks it when done). A task in
+    `running` (this worker's own) is returned unleased, `already_running`: taking
+    its lease here, even for a moment, would make the running attempt's next
+    renewal see another holder and stop.
     """
     if reclaim:
         claim = await queue.reclaim(redis, worker, min_idle_ms=lease_ms)
         if claim is not None:
-            taken = await _lease(redis, worker, claim, lease_ms, reclaimed=True)
+            taken = await _lease(redis, worker, claim, lease_ms, running, reclaimed=True)
             if taken is not None:
                 return taken
     while True:  # skip duplicates without a pause: a queue full of them must not stall us
         claim = await queue.claim(redis, worker, block_ms=block_ms)
         if claim is None:
             return None
-        taken = await _lease(redis, worker, claim, lease_ms)
+        taken = await _lease(redis, worker, claim, lease_ms, running)
         if taken is not None:
             return taken
 
 
 async def _lease(
-    redis: Redis, worker: str, claim: Claim, lease_ms: int, *, reclaimed: bool = False
+    redis: Redis,
+    worker: str,
+    claim: Claim,
+    lease_ms: int,
+    running: Container[str],
+    *,
+    reclaimed: bool = False,
 ) -> Taken | None:
     holder = leases.holder_of(worker, claim.message_id)
+    if claim.task_id in running:
+        return Taken(claim, holder, reclaimed, already_running=True)
     current = await leases.acquire(redis, claim.task_id, holder, lease_ms)
     if current is None:
         return Taken(claim, holder, reclaimed)

@@ -266,6 +266,13 @@ async def test_a_model_that_refuses_temperature_is_asked_without_it(
     [
         {"message": "max_tokens is too large"},
         {"message": "temperature must be less than or equal to 2", "param": None},
+        {  # OpenAI's own shape for a value out of range: it names the parameter too
+            "message": "Invalid 'temperature': decimal above maximum value. Expected a value"
+            " <= 1, but got 1.5 instead.",
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "decimal_above_max_value",
+        },
         {  # a validation error echoing the request (vLLM / pydantic style)
             "message": "Extra inputs are not permitted",
             "input": {"temperature": 0.5, "frobnicate": True},

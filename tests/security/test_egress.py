@@ -330,20 +330,7 @@ def test_egress_reaches_only_the_allow_list_never_the_host_or_other_sandboxes(
         ]
         url = f"http://{outside.allowed_ip}:8080/"
         scripted_llm.add_script("egress-probe", probe_script(targets, url))
-        with httpx.Client(base_url=service.base_url, timeout=30) as client:
-            response = client.post(
-                "/v1/tasks",
-                json={
-                    "prompt": "probe",
-                    "llm": {"model": "egress-probe"},
-                    "sandbox": {"network": "egress", "memory_mb": 256, "disk_mb": 64},
-                    "limits": {"command_timeout_s": 60},
-                },
-            )
-            assert response.status_code == 202, response.text
-            task_id = response.json()["id"]
-            task = wait_finished(client, task_id, 120)
-            seen = observations(client, task_id)
+        task, seen = run_probe(service.base_url, "egress-probe")
     finally:
         subprocess.run(["docker", "rm", "-f", neighbour], capture_output=True, check=False)
     assert task["status"] == "succeeded", (task, seen, service.logs()[-3000:])
@@ -358,7 +345,24 @@ def test_egress_reaches_only_the_allow_list_never_the_host_or_other_sandboxes(
     assert "ca-ok" in seen[3]
     assert "Read-only file system" in seen[3]
     assert "No such file or directory" in seen[3]
-    wait_removed(task_id)
+    wait_removed(task["id"])
+
+
+def run_probe(base_url: str, model: str) -> tuple[dict[str, Any], list[str]]:
+    """Submit the probe task in an egress sandbox; its end state and observations."""
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        response = client.post(
+            "/v1/tasks",
+            json={
+                "prompt": "probe",
+                "llm": {"model": model},
+                "sandbox": {"network": "egress", "memory_mb": 256, "disk_mb": 64},
+                "limits": {"command_timeout_s": 60},
+            },
+        )
+        assert response.status_code == 202, response.text
+        task_id = response.json()["id"]
+        return wait_finished(client, task_id, 120), observations(client, task_id)
 
 
 def probe_script(targets: list[Any], allowed_url: str) -> Script:
@@ -443,20 +447,7 @@ def test_with_an_empty_allow_list_public_addresses_answer_and_nothing_private_do
         scripted_llm.add_script(
             "egress-open-probe", probe_script(targets, f"http://{public.address}/")
         )
-        with httpx.Client(base_url=open_service.base_url, timeout=30) as client:
-            response = client.post(
-                "/v1/tasks",
-                json={
-                    "prompt": "probe",
-                    "llm": {"model": "egress-open-probe"},
-                    "sandbox": {"network": "egress", "memory_mb": 256, "disk_mb": 64},
-                    "limits": {"command_timeout_s": 60},
-                },
-            )
-            assert response.status_code == 202, response.text
-            task_id = response.json()["id"]
-            task = wait_finished(client, task_id, 120)
-            seen = observations(client, task_id)
+        task, seen = run_probe(open_service.base_url, "egress-open-probe")
     finally:
         subprocess.run(["docker", "rm", "-f", neighbour], capture_output=True, check=False)
     assert task["status"] == "succeeded", (task, seen, open_service.logs()[-3000:])
@@ -467,7 +458,7 @@ def test_with_an_empty_allow_list_public_addresses_answer_and_nothing_private_do
     assert len(blocked) == len(targets) - 1
     assert all(r != "open" for r in blocked.values()), blocked
     assert host_listener.accepted == []  # nothing from a sandbox reached the host
-    wait_removed(task_id)
+    wait_removed(task["id"])
 
 
 def test_the_listener_is_reachable_without_the_firewall(host_listener: HostListener) -> None:

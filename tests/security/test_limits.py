@@ -328,7 +328,7 @@ def test_settings_read_lists_from_the_environment(monkeypatch: pytest.MonkeyPatc
     assert settings.sandbox_egress_allow == ["192.0.2.0/24"]
 
 
-@pytest.mark.parametrize("entry", ["example.com", "2001:db8::/32", "10.0.0.0/33"])
+@pytest.mark.parametrize("entry", ["example.com", "2001:db8::/32", "10.0.0.0/33", "0.0.0.0/0"])
 def test_an_egress_allow_list_of_names_or_ipv6_is_refused_at_start_up(
     monkeypatch: pytest.MonkeyPatch, entry: str
 ) -> None:
