@@ -31,7 +31,14 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import FilePayload, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    FilePayload,
+    Page,
+    ViewportSize,
+    expect,
+    sync_playwright,
+)
 from pydantic import SecretStr
 
 from app.config import Settings
@@ -272,6 +279,14 @@ CONN_STATES = """() => {
 }"""
 
 
+def laptop_page(browser: Browser) -> tuple[Page, list[str]]:
+    """A laptop-sized page, and the JavaScript errors it raises (a test asserts none)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return page, errors
+
+
 def test_the_page_runs_a_task_live_and_survives_an_api_restart(
     service: Service, page_settings: Settings, scripted_llm: ScriptedLLMServer, tmp_path: Path
 ) -> None:
@@ -280,9 +295,7 @@ def test_the_page_runs_a_task_live_and_survives_an_api_restart(
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page, errors = laptop_page(browser)
             page.goto(f"{service.base_url}/")
             expect(page).to_have_title("Sandhive")
             task_id = submit_through_the_form(page)
@@ -445,9 +458,7 @@ def test_the_cancel_button_cancels_a_running_task(
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page, errors = laptop_page(browser)
             page.goto(f"{service.base_url}/")
             fill_the_form(page, "Wait, then be cancelled.", CANCEL_MODEL, "reference")
             task_id = submit(page)

@@ -80,11 +80,15 @@ async def collect(kind: str, fragment: str) -> None:
     """A delta callback: it turns streaming on."""
 
 
-async def test_an_overloaded_error_event_is_retried_then_the_answer_is_used() -> None:
-    async with planned_server([stream_reply(overloaded_midway), stream_reply(whole)]) as (
-        url,
-        seen,
-    ):
+@pytest.mark.parametrize(
+    "failing",
+    [overloaded_midway, cut_before_stop],
+    ids=["overloaded-error-event", "cut-before-message-stop"],
+)
+async def test_a_stream_failing_midway_is_retried_then_the_answer_is_used(
+    failing: Callable[[list[bytes]], list[bytes]],
+) -> None:
+    async with planned_server([stream_reply(failing), stream_reply(whole)]) as (url, seen):
         model = anthropic(url)
         try:
             completion = await model.complete(USER, TOOLS, collect)
@@ -116,20 +120,6 @@ async def test_a_request_error_event_is_not_retried() -> None:
         finally:
             await model.aclose()
     assert len(seen.bodies) == 1
-
-
-async def test_a_stream_cut_before_message_stop_is_retried() -> None:
-    async with planned_server([stream_reply(cut_before_stop), stream_reply(whole)]) as (
-        url,
-        seen,
-    ):
-        model = anthropic(url)
-        try:
-            completion = await model.complete(USER, TOOLS, collect)
-        finally:
-            await model.aclose()
-    assert len(seen.bodies) == 2
-    assert [call.name for call in completion.tool_calls] == ["submit"]
 
 
 async def test_a_stream_always_cut_short_names_the_missing_message_stop() -> None:
