@@ -11,6 +11,7 @@ attempt holds the lease, and no message stays pending.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -61,21 +62,31 @@ async def lease_holder(redis: Redis, task_id: str) -> str | None:
 
 
 class Watch:
-    """Samples, while the worker runs, the task's sandboxes and who holds its lease."""
+    """Samples, while the worker runs, the task's sandboxes and who holds its lease.
+
+    Stopped with `stop()` between samples, never cancelled: a cancel in the middle of
+    `docker ps` would leave that process to be collected by a later test, where its
+    "still running" ResourceWarning fails whatever test is running then.
+    """
 
     def __init__(self, redis: Redis, task_id: str) -> None:
         self.redis = redis
         self.task_id = task_id
         self.sandboxes: set[str] = set()
         self.holders: set[str] = set()
+        self.stopping = asyncio.Event()
 
     async def run(self) -> None:
-        while True:
+        while not self.stopping.is_set():
             self.sandboxes |= await sandboxes_of(self.task_id)
             holder = await lease_holder(self.redis, self.task_id)
             if holder is not None:
                 self.holders.add(holder)
-            await asyncio.sleep(0.1)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 0.1)
+
+    def stop(self) -> None:
+        self.stopping.set()
 
 
 async def submit(sessions: Sessions, redis: Redis, settings: Settings, model: str) -> str:
@@ -138,9 +149,12 @@ async def run_twice_taken(
                 DEADLINE_S,
             )
         finally:
-            worker.stop()
-            await asyncio.wait_for(serving, DEADLINE_S)
-            watching.cancel()
+            try:
+                worker.stop()
+                await asyncio.wait_for(serving, DEADLINE_S)
+            finally:
+                watch.stop()
+                await asyncio.wait_for(watching, DEADLINE_S)
         done = await tasks.get_task(sessions, "default", task_id)
     finally:
         await engine.dispose()
