@@ -14,7 +14,6 @@ Like the request-rate limiter, the cap fails open when Redis is unreachable.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import uuid
@@ -28,6 +27,7 @@ from app.api.deps import Resources
 from app.bus import streamslots
 from app.config import Settings
 from app.errors import TooManyRequests
+from app.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,12 @@ class StreamSlot:
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
         """Keep the slot alive for the block; give it back on the way out."""
-        refresher = asyncio.create_task(self._refresh_forever())
+        refresher = Periodic()
+        refresher.start(self._every_s, "stream slot refresh", self._refresh, now=False)
         try:
             yield
         finally:
-            refresher.cancel()
-            await asyncio.gather(refresher, return_exceptions=True)
+            await refresher.stop()
             await self.give_back()
 
     async def give_back(self) -> None:
@@ -75,17 +75,15 @@ class StreamSlot:
         except (RedisError, OSError) as exc:  # it expires on its own
             log.warning("could not free a stream slot of %s: %r", self._tenant, exc)
 
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            if self._id is None:
-                return
-            try:
-                await streamslots.refresh(
-                    self._res.redis, self._tenant, self._id, self._every_s * SLOT_TTL_FACTOR
-                )
-            except (RedisError, OSError) as exc:
-                log.warning("could not refresh a stream slot of %s: %r", self._tenant, exc)
+    async def _refresh(self) -> None:
+        if self._id is None:
+            return
+        try:
+            await streamslots.refresh(
+                self._res.redis, self._tenant, self._id, self._every_s * SLOT_TTL_FACTOR
+            )
+        except (RedisError, OSError) as exc:
+            log.warning("could not refresh a stream slot of %s: %r", self._tenant, exc)
 
 
 async def take_slot(res: Resources, tenant: str) -> StreamSlot:

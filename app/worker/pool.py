@@ -1,9 +1,9 @@
 """The worker pool: N slots on one event loop, each running one attempt at a time.
 
 arq/saq's shape rather than a framework: a slot count, a TaskGroup for
-attempts, background chores (heartbeat and lease renewal, cancel watch,
-reconciliation, reaping, readiness checks), and a burst mode that returns once the queue is
-empty. SIGTERM stops claiming, lets running attempts finish for
+attempts, background chores (`app.periodic`: heartbeat and lease renewal,
+cancel watch, reconciliation, reaping, readiness checks), and a burst mode that
+returns once the queue is empty. SIGTERM stops claiming, lets running attempts finish for
 `worker_shutdown_grace_s`, then hands the rest back to the queue (a second
 signal skips the grace).
 """
@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from redis.asyncio import Redis
@@ -27,6 +26,7 @@ from app.bus import leases, queue
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
 from app.llm.transport import shared_http_client
+from app.periodic import Periodic, quietly
 from app.sandbox.docker import DockerHost
 from app.sandbox.pool import WarmPool, pool_labels
 from app.services import admin
@@ -118,30 +118,26 @@ class Worker:
             loop.add_signal_handler(sig, self.stop)
 
     async def _serve(self, ctx: WorkerContext, *, burst: bool) -> None:
-        await _quietly("start", self._keep_alive(ctx))  # alive before any sandbox exists
-        await _quietly("create the queue", queue.ensure_group(ctx.redis))
+        await quietly("start", self._keep_alive(ctx))  # alive before any sandbox exists
+        await quietly("create the queue", queue.ensure_group(ctx.redis))
         reconciler = Reconciler(ctx)
         s = self.settings
-        chores = [
-            self._every(s.worker_heartbeat_s, "heartbeat", lambda: self._keep_alive(ctx)),
-            self._every(
-                s.worker_cancel_poll_s,
-                "cancel watch",
-                lambda: heartbeat.watch_cancels(ctx, self.running),
-            ),
-            self._every(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once),
-            self._every(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running)),
-            self._every(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx)),
-        ]
-        background = [asyncio.create_task(chore) for chore in chores]
+        chores = Periodic()
+        chores.start(s.worker_heartbeat_s, "heartbeat", lambda: self._keep_alive(ctx))
+        chores.start(
+            s.worker_cancel_poll_s,
+            "cancel watch",
+            lambda: heartbeat.watch_cancels(ctx, self.running),
+        )
+        chores.start(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once)
+        chores.start(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running))
+        chores.start(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx))
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         try:
             await self._claim_loop(ctx, burst=burst)
         finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await chores.stop()
         log.info("worker %s stopped", self.name)
 
     async def _keep_alive(self, ctx: WorkerContext) -> None:
@@ -149,14 +145,6 @@ class Worker:
         if not self.stopping.is_set() and await admin.draining(ctx.redis, self.name):
             log.info("worker %s is drained by an operator: no new tasks", self.name)
             self.stop()
-
-    async def _every(
-        self, interval_s: float, what: str, job: Callable[[], Awaitable[object]]
-    ) -> None:
-        """Run a chore now and then every interval; a failure is logged, never fatal."""
-        while True:
-            await _quietly(what, job())
-            await asyncio.sleep(interval_s)
 
     async def _claim_loop(self, ctx: WorkerContext, *, burst: bool) -> None:
         async with asyncio.TaskGroup() as group:
@@ -214,14 +202,14 @@ class Worker:
     async def _may_start(self, ctx: WorkerContext, taken: Taken) -> bool:
         """Whether to start a task just taken; if not, it is left to its attempt or given back."""
         if taken.already_running:
-            await _quietly("keep one attempt", self._keep_one(ctx, taken))
+            await quietly("keep one attempt", self._keep_one(ctx, taken))
             return False
         if taken.reclaimed:  # a dead worker's task (this worker's own was handled above)
             log.info("reclaimed %s: its lease expired", taken.task_id)
             metrics.RECLAIMED.inc()
         # The stop came, or Docker went away, while the read waited: back to the queue.
         if self.stopping.is_set() or self.readiness.docker_lost():
-            await _quietly("hand back", taking.give_back(ctx.redis, taken))
+            await quietly("hand back", taking.give_back(ctx.redis, taken))
             return False
         return True
 
@@ -279,12 +267,3 @@ class Worker:
                     await self._wait_for_slot()
         for item in self.running.values():
             item.request_stop(StopReason.hand_back)
-
-
-async def _quietly(what: str, job: Awaitable[object]) -> None:
-    try:
-        await job
-    except (RedisError, OSError) as exc:  # an outage: the next round retries
-        log.warning("worker chore %r failed: %r", what, exc)
-    except Exception:  # a chore must never take the worker down
-        log.exception("worker chore %r failed", what)
