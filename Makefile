@@ -1,4 +1,4 @@
-.PHONY: help install fmt lint test image migrate run
+.PHONY: help install fmt lint test docs image migrate run
 
 help:     ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -14,6 +14,9 @@ lint:     ## what CI enforces; writes nothing
 
 test:     ## every test, against real Postgres, Redis and Docker
 	.venv/bin/pytest
+
+docs:     ## regenerate docs/configuration.md from the settings' docstrings (app/config.py)
+	.venv/bin/python -m app.config --markdown > docs/configuration.md
 
 image:    ## the sandbox image, base built from Debian packages (no registry needed)
 	.venv/bin/sandhive image build --offline

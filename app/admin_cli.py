@@ -1,50 +1,22 @@
 """`sandhive admin`: the operator's commands (workers, drain, requeue, fail, prune).
 
-Each command builds Settings, opens Postgres and/or Redis for one call of
-`app.services.admin`, prints the result and exits (1 on a refused request).
+Each command makes one call of `app.services.admin` with the process's resources
+open (`cli_common.call`: the exit codes every command shares) and prints the result.
 Imported by app.cli only.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
-from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.cli_common import call
 from app.config import Settings
 
 admin_cli = typer.Typer(
     help="Operate a deployment: workers, drain, requeue, fail, prune.", no_args_is_help=True
 )
-_T = TypeVar("_T")
-Use = Callable[[async_sessionmaker[AsyncSession], Redis], Awaitable[_T]]
-
-
-def _run(use: Use[_T]) -> _T:
-    """One call with Postgres and Redis open; a refused request exits 1 with its message."""
-    from app.db.engine import create_engine, create_sessions
-    from app.errors import AppError
-
-    settings = Settings()
-
-    async def _go() -> _T:
-        engine = create_engine(settings.database_url)
-        redis = Redis.from_url(settings.redis_url)
-        try:
-            return await use(create_sessions(engine), redis)
-        finally:
-            await redis.aclose()
-            await engine.dispose()
-
-    try:
-        return asyncio.run(_go())
-    except AppError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(1) from exc
 
 
 @admin_cli.command("workers")
@@ -52,7 +24,7 @@ def workers() -> None:
     """Live workers (from their heartbeats): name, host, pid, busy/slots, draining."""
     from app.services import admin
 
-    found = _run(lambda _sessions, redis: admin.list_workers(redis))
+    found = call(lambda res: admin.list_workers(res.redis))
     typer.echo("worker\thost\tpid\tbusy/slots\tstate")
     for item in found:
         state = "draining" if item.draining else "active"
@@ -66,7 +38,7 @@ def drain(
     """Stop a worker taking tasks; it exits after its running ones (SIGTERM's grace applies)."""
     from app.services import admin
 
-    _run(lambda _sessions, redis: admin.drain(redis, worker))
+    call(lambda res: admin.drain(res.redis, worker))
     typer.echo(f"draining {worker}: it stops claiming at its next heartbeat")
 
 
@@ -75,7 +47,7 @@ def requeue(task_id: Annotated[str, typer.Argument(help="The task's id (tsk_...)
     """Put a queued or running task on the queue again (a running one gets a new attempt)."""
     from app.services import admin
 
-    was = _run(lambda sessions, redis: admin.requeue(sessions, redis, task_id))
+    was = call(lambda res: admin.requeue(res.sessions, res.redis, task_id))
     typer.echo(f"requeued {task_id} (was {was})")
 
 
@@ -87,7 +59,7 @@ def fail(
     """End a queued or running task as failed (sandbox_error) now."""
     from app.services import admin
 
-    _run(lambda sessions, redis: admin.fail(sessions, redis, task_id, reason))
+    call(lambda res: admin.fail(res.sessions, res.redis, task_id, reason))
     typer.echo(f"failed {task_id}")
 
 
@@ -107,7 +79,7 @@ def prune(
     settings = Settings()
     tasks = settings.task_retention_days if task_days is None else task_days
     outputs = settings.artifact_retention_days if artifact_days is None else artifact_days
-    pruned = _run(
-        lambda sessions, _redis: admin.prune(sessions, task_days=tasks, artifact_days=outputs)
+    pruned = call(
+        lambda res: admin.prune(res.sessions, task_days=tasks, artifact_days=outputs), settings
     )
     typer.echo(f"pruned {pruned.tasks} tasks and {pruned.artifacts} artifacts")

@@ -6,32 +6,22 @@ serve · worker · migrate · run · demo · image build. Nothing else lives her
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from app.admin_cli import admin_cli
+from app.cli_common import call, fail
 from app.config import Settings
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-    from app.config import LLMProfile
-    from app.llm.profiles import HTTPChatModel
-    from app.local import LocalRun
-    from app.schemas import PromptSpec
 
 cli = typer.Typer(help="Sandhive: LLM agents in disposable Docker sandboxes.", no_args_is_help=True)
 image_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
 cli.add_typer(image_cli, name="image")
 keys_cli = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
-# Operations (issue 8): `sandhive admin ...` lives in app/admin_cli.py.
-from app.admin_cli import admin_cli  # noqa: E402
-
-cli.add_typer(admin_cli, name="admin")
+cli.add_typer(admin_cli, name="admin")  # operations: app/admin_cli.py (docs/operations.md)
 console = Console()
 err_console = Console(stderr=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,10 +86,15 @@ def migrate(
     from alembic import command
     from alembic.config import Config
 
+    from app.cli_common import UNREACHABLE, unreachable_postgres
+
     config = Config(str(_find("alembic.ini")))
     config.set_main_option("script_location", str(_find("migrations")))
     config.set_main_option("sqlalchemy.url", Settings().database_url.replace("%", "%%"))
-    command.upgrade(config, revision)
+    try:
+        command.upgrade(config, revision)
+    except UNREACHABLE as exc:
+        fail(unreachable_postgres(exc))
     console.print(f"database at {revision}")
 
 
@@ -113,9 +108,12 @@ def run(
         str | None,
         typer.Option(help="A server LLM profile (kind, URL, key) instead of --base-url."),
     ] = None,
-    max_steps: Annotated[int, typer.Option(min=1)] = 100,
-    temperature: Annotated[float, typer.Option(min=0, max=2)] = 1.0,
-    max_tokens_per_call: Annotated[int, typer.Option(min=1)] = 8192,
+    max_steps: Annotated[int | None, typer.Option(help="Default: the server's.")] = None,
+    timeout_s: Annotated[int | None, typer.Option(help="The task's wall clock.")] = None,
+    command_timeout_s: Annotated[int | None, typer.Option(help="Per command.")] = None,
+    max_context_tokens: Annotated[int | None, typer.Option()] = None,
+    temperature: Annotated[float | None, typer.Option()] = None,
+    max_tokens_per_call: Annotated[int | None, typer.Option()] = None,
     tools_profile: Annotated[str, typer.Option(help="standard or reference.")] = "standard",
     shell: Annotated[
         str, typer.Option(help="fresh (a new shell per command) or persistent (standard only).")
@@ -133,76 +131,70 @@ def run(
     input_dir: Annotated[Path | None, typer.Option(help="Folder copied to the input dir.")] = None,
     output_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("output"),
 ) -> None:
-    """Run one task locally in a sandbox, with no Postgres or Redis."""
-    from app.llm.profiles import model_for_profile
-    from app.local import LocalRun
+    """Run one task locally in a sandbox, with no Postgres or Redis.
 
-    settings = Settings()
-    if tools_profile not in ("standard", "reference"):
-        raise typer.BadParameter("tools profile must be standard or reference")
-    if shell != "fresh" and (shell, tools_profile) != ("persistent", "standard"):
-        raise typer.BadParameter("shell must be fresh, or persistent with the standard profile")
-    profile = _run_profile(settings, llm_profile, base_url, api_key)
-    name = model or profile.model
-    if not profile.base_url or not name:
-        console.print("[red]no model: pass --base-url and --model (or try `sandhive demo`)[/]")
-        raise typer.Exit(2)
-    chat = model_for_profile(
-        profile,
-        model=name,
-        temperature=temperature,
-        max_tokens=max_tokens_per_call,
-        timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        backoff_s=settings.llm_retry_backoff_s,
-    )
-    job = LocalRun(
-        prompt=prompt,
-        max_steps=max_steps,
-        tools_profile=tools_profile,
-        shell=shell,
-        output_root=output_dir,
-        inputs=_read_inputs(input_dir),
-        prompt_config=_run_prompt(settings, prompt_config),
-        answer_all_tool_calls=answer_all_tool_calls,
-    )
-    _run_local(settings, chat, job)
+    Options are resolved as a submission to the API is: unset ones take the server's
+    defaults (SANDHIVE_DEFAULT_*), and the server's maxima apply.
+    """
+    settings = _with_model_flags(Settings(), llm_profile, base_url, api_key)
+    options: dict[str, object] = {
+        "prompt": prompt,
+        "llm": _given(
+            profile=llm_profile or "default",
+            model=model,
+            temperature=temperature,
+            max_tokens_per_call=max_tokens_per_call,
+        ),
+        "limits": _given(
+            max_steps=max_steps,
+            timeout_s=timeout_s,
+            command_timeout_s=command_timeout_s,
+            max_context_tokens=max_context_tokens,
+        ),
+        "tools": _given(
+            profile=tools_profile, shell=shell, answer_all_tool_calls=answer_all_tool_calls
+        ),
+        "prompt_config": _run_prompt(settings, prompt_config),
+    }
+    _run_local(settings, options, _read_inputs(input_dir), output_dir)
 
 
-def _run_profile(
-    settings: Settings, name: str | None, base_url: str | None, api_key: str | None
-) -> LLMProfile:
-    """The provider of `sandhive run`: a named server profile, or the flags over `default`."""
+def _given(**options: object) -> dict[str, object]:
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _with_model_flags(
+    settings: Settings, profile: str | None, base_url: str | None, api_key: str | None
+) -> Settings:
+    """`--base-url` and `--api-key` stand in for the `default` profile's URL and key."""
     from pydantic import SecretStr
 
-    from app.config import LLMProfile
-
-    if name is not None:
-        found = settings.llm_profiles().get(name)
-        if found is None:
-            raise typer.BadParameter(f"no LLM profile {name!r} (SANDHIVE_LLM_PROFILES_FILE)")
-        return found
-    key = api_key if api_key is not None else settings.llm_api_key.get_secret_value()
-    return LLMProfile(
-        kind=settings.llm_kind,
-        base_url=base_url or settings.llm_base_url,
-        api_key=SecretStr(key),
-        model=settings.llm_model,
-    )
+    if profile is not None and (base_url or api_key):
+        raise typer.BadParameter("--llm-profile names a profile: leave out --base-url/--api-key")
+    update: dict[str, object] = {}
+    if base_url:
+        update["llm_base_url"] = base_url
+    if api_key is not None:
+        update["llm_api_key"] = SecretStr(api_key)
+    if profile is None and not (base_url or settings.llm_base_url):
+        fail("no model: pass --base-url and --model (or try `sandhive demo`)", code=2)
+    return settings.model_copy(update=update)
 
 
-def _run_prompt(settings: Settings, choice: str) -> PromptSpec:
-    """A built-in or configured name, or a path to a YAML prompt file."""
+def _run_prompt(settings: Settings, choice: str) -> str | dict[str, str]:
+    """A prompt config name, or a YAML file in the package's format as a custom pair."""
+    if not (choice.endswith((".yaml", ".yml")) or "/" in choice):
+        return choice
     from app.errors import InvalidInput
-    from app.prompt_configs import load_prompt_file, resolve_prompt
+    from app.prompt_configs import load_prompt_file
 
-    workdir = settings.sandbox_workdir
     try:
-        if choice.endswith((".yaml", ".yml")) or "/" in choice:
-            return load_prompt_file(Path(choice), workdir=workdir)
-        return resolve_prompt(choice, workdir=workdir, configs_dir=settings.prompt_configs_dir)
+        loaded = load_prompt_file(Path(choice), workdir=settings.sandbox_workdir)
     except InvalidInput as exc:
-        raise typer.BadParameter(exc.message) from None
+        fail(exc.message, code=2)
+    return loaded.model_dump(
+        include={"system", "instance", "working_dir", "input_dir", "output_dir"}
+    )
 
 
 @cli.command()
@@ -210,21 +202,22 @@ def demo(
     output_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("output"),
 ) -> None:
     """Run a canned task against the built-in SCRIPTED model (no real LLM needed)."""
-    from app.llm.openai import OpenAIChatModel
-    from app.llm.scripted import DEMO_MODEL, DEMO_PROMPT, DEMO_SCRIPT, ScriptedLLMServer
-    from app.local import LocalRun
+    from pydantic import SecretStr
+
+    from app.scripted import DEMO_MODEL, DEMO_PROMPT, DEMO_SCRIPT, ScriptedLLMServer
 
     console.print("[bold yellow]SCRIPTED DEMO[/]: the 'model' is a fixed script, not an LLM.")
     with ScriptedLLMServer({DEMO_MODEL: DEMO_SCRIPT}) as server:
-        chat = OpenAIChatModel(
-            base_url=server.base_url,
-            api_key="",
-            model=DEMO_MODEL,
-            temperature=None,
-            max_tokens=None,
+        settings = Settings().model_copy(
+            update={
+                "llm_kind": "openai",
+                "llm_base_url": server.base_url,
+                "llm_api_key": SecretStr(""),
+                "llm_model": DEMO_MODEL,
+                "llm_profiles_file": None,
+            }
         )
-        job = LocalRun(prompt=DEMO_PROMPT, output_root=output_dir)
-        _run_local(Settings(), chat, job)
+        _run_local(settings, {"prompt": DEMO_PROMPT}, [], output_dir)
 
 
 @image_cli.command("build")
@@ -265,14 +258,25 @@ def image_build(
     console.print(f"built {target}")
 
 
-def _run_local(settings: Settings, chat: HTTPChatModel, job: LocalRun) -> None:
-    from app.local import run_local
+def _run_local(
+    settings: Settings,
+    options: dict[str, object],
+    inputs: list[tuple[str, bytes]],
+    output_dir: Path,
+) -> None:
+    from app.errors import InvalidInput
+    from app.local import resolve_run, run_local
+
+    try:
+        spec = resolve_run(settings, options)
+    except InvalidInput as exc:
+        fail(exc.message, code=2)
+    prompt = str(options["prompt"])
 
     async def _go() -> None:
-        try:
-            result, folder = await run_local(settings, chat, job, console)
-        finally:
-            await chat.aclose()
+        result, folder = await run_local(
+            settings, spec, prompt, console, output_root=output_dir, inputs=inputs
+        )
         outcome = result.outcome
         console.rule("finished")
         console.print(
@@ -307,28 +311,7 @@ def _find(name: str) -> Path:
     raise typer.BadParameter(f"cannot find {name} (run from the Sandhive checkout)")
 
 
-# API keys (issue 5): `sandhive keys create|list|revoke`, straight against Postgres.
-
-_T = TypeVar("_T")
-
-
-def _with_sessions(use: Callable[[async_sessionmaker[AsyncSession]], Awaitable[_T]]) -> _T:
-    """Run one service call on a short-lived engine; a bad input exits 2 with its message."""
-    from app.db.engine import create_engine, create_sessions
-    from app.errors import AppError
-
-    async def _go() -> _T:
-        engine = create_engine(Settings().database_url)
-        try:
-            return await use(create_sessions(engine))
-        finally:
-            await engine.dispose()
-
-    try:
-        return asyncio.run(_go())
-    except AppError as exc:
-        err_console.print(f"[red]{exc.message}[/]")
-        raise typer.Exit(2 if exc.status == 422 else 1) from exc
+# API keys: `sandhive keys create|list|revoke`, straight against Postgres (docs/security.md).
 
 
 @keys_cli.command("create")
@@ -339,7 +322,7 @@ def keys_create(
     """Create an API key. It is printed once (alone on stdout) and stored only as a hash."""
     from app.services import keys
 
-    created = _with_sessions(lambda sessions: keys.create_key(sessions, tenant, name))
+    created = call(lambda res: keys.create_key(res.sessions, tenant, name))
     err_console.print(f"created {created.id} for tenant {created.tenant}; keep the key now:")
     typer.echo(created.key)
 
@@ -351,7 +334,7 @@ def keys_list(
     """Every key's id, tenant, name and dates (never the keys themselves)."""
     from app.services import keys
 
-    for item in _with_sessions(lambda sessions: keys.list_keys(sessions, tenant)):
+    for item in call(lambda res: keys.list_keys(res.sessions, tenant)):
         revoked = f"revoked {item.revoked_at:%Y-%m-%d %H:%M}" if item.revoked_at else "active"
         typer.echo(
             f"{item.id}\t{item.tenant}\t{item.created_at:%Y-%m-%d %H:%M}\t{revoked}\t{item.name}"
@@ -363,5 +346,5 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (key_..
     """Revoke a key: requests with it answer 401 from now on."""
     from app.services import keys
 
-    item = _with_sessions(lambda sessions: keys.revoke_key(sessions, key_id))
+    item = call(lambda res: keys.revoke_key(res.sessions, key_id))
     typer.echo(f"revoked {item.id} (tenant {item.tenant})")

@@ -2,6 +2,7 @@
 
 Built once at the edge (`app.cli`) and passed down; there is no module-level
 instance. Deep code receives the values it needs, not the whole object.
+`python -m app.config --markdown` prints docs/configuration.md from the fields' docstrings.
 """
 
 from __future__ import annotations
@@ -9,12 +10,16 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app import defaults
 
 
 class LLMProfile(BaseModel):
@@ -34,119 +39,182 @@ class LLMProfile(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SANDHIVE_", env_file=".env", extra="ignore")
+    # The attribute docstrings are the settings' documentation: `settings_markdown()` turns
+    # them into docs/configuration.md (`make docs`).
+    model_config = SettingsConfigDict(
+        env_prefix="SANDHIVE_", env_file=".env", extra="ignore", use_attribute_docstrings=True
+    )
 
     # Where things live
     database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/sandhive"
+    """Postgres, the source of truth."""
     redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis: the task queue and live events."""
     auth: Literal["disabled", "keys"] = "keys"
-    """`keys`: every /v1 call needs an API key. `disabled`: everyone is `default` (development)."""
+    """`keys`: every `/v1` call needs an API key. `disabled`: every call is tenant `default`
+    (local development only)."""
     admin_api_key: SecretStr | None = None
+    """The operator's key: acts as the tenant named by the `X-Sandhive-Tenant` header
+    (default `admin`)."""
 
     # Workers and sandboxes
     worker_concurrency: int = Field(default=4, ge=1, le=256)
+    """Tasks one worker runs at once."""
     worker_name: str | None = None
+    """Worker id (container label, Redis consumer); unset: `<hostname>-<pid>`."""
     sandbox_image: str = "sandhive-sandbox:latest"
-    sandbox_pids_limit: int = Field(default=512, ge=16)
-    sandbox_workdir: str = "/testbed"
+    """Image of the sandboxes, built from `Dockerfile.sandbox`."""
+    sandbox_pids_limit: int = Field(default=defaults.PIDS_LIMIT, ge=16)
+    """Process cap per sandbox."""
+    sandbox_workdir: str = defaults.WORKDIR
+    """The agent's working directory."""
 
-    # Fast sandboxes (issue 7). See README "Performance".
+    # Fast sandboxes: the exec channel and the warm pool (docs/operations.md).
     sandbox_exec_channel: bool = True
-    """Run commands through one long-lived in-sandbox agent instead of a `docker exec` each."""
+    """Run commands through one long-lived in-sandbox agent instead of a `docker exec` each
+    (see docs/operations.md#fast-sandboxes)."""
     warm_pool_size: int = Field(default=0, ge=0, le=64)
-    """Ready sandboxes per worker and sandbox shape (0: none, every task starts cold)."""
-    warm_pool_max_age_s: float = Field(default=600.0, gt=0)
+    """Ready sandboxes per worker and sandbox shape (0: none, every task starts a cold
+    container)."""
+    warm_pool_max_age_s: float = Field(default=defaults.WARM_POOL_MAX_AGE_S, gt=0)
     """A pooled sandbox older than this is replaced rather than handed to a task."""
 
     # The default LLM profile; more named profiles may come from a TOML file
     llm_base_url: str = ""
+    """OpenAI-compatible base URL of the `default` profile, e.g. `http://127.0.0.1:8001/v1`."""
     llm_api_key: SecretStr = SecretStr("")
+    """Its key (stays on the server, never in a task or a sandbox)."""
     llm_model: str = ""
+    """Its default model."""
     llm_profiles_file: Path | None = None
-    llm_timeout_s: float = Field(default=1200.0, gt=0)
-    llm_max_retries: int = Field(default=3, ge=0, le=10)
-    llm_retry_backoff_s: float = Field(default=1.0, ge=0)
+    """TOML file of more named profiles: `[profiles.NAME]` with `kind`, `base_url`, `api_key`,
+    `model`, `models` (see docs/agent.md#providers)."""
+    llm_timeout_s: float = Field(default=defaults.LLM_TIMEOUT_S, gt=0)
+    """Timeout of one LLM call."""
+    llm_max_retries: int = Field(default=defaults.LLM_MAX_RETRIES, ge=0, le=10)
+    """Retries of a failed LLM call (5xx, 429, connection errors)."""
+    llm_retry_backoff_s: float = Field(default=defaults.LLM_RETRY_BACKOFF_S, ge=0)
+    """First backoff between those retries, doubled each retry (at most 30 s)."""
 
-    # The agent (issue 6): provider kind, prompt configs, multi-call policy. See README "The agent".
+    # The agent: provider kind, prompt configs, multi-call policy (docs/agent.md).
     llm_kind: Literal["openai", "anthropic"] = "openai"
-    """Wire format of the `default` profile (TOML profiles say `kind` themselves)."""
+    """Wire format of the `default` profile: `openai` or `anthropic` (TOML profiles say `kind`
+    themselves)."""
     prompt_configs_dir: Path | None = None
-    """Prompt configs in the package's YAML format, `<name>.yaml`; they add to (or replace)
-    the built-in ones."""
+    """Directory of prompt configs in the package's YAML format, `<name>.yaml`; they add to
+    (or replace) the built-in ones."""
     answer_all_tool_calls: bool | None = None
-    """Server default of `tools.answer_all_tool_calls`; None: on for `standard`, off for
+    """Server default of `tools.answer_all_tool_calls`; unset: on for `standard`, off for
     `reference`."""
 
     # Per-task defaults (used when a task does not say) and server maxima (422 above)
-    default_max_steps: int = Field(default=100, ge=1)
+    default_max_steps: int = Field(default=defaults.MAX_STEPS, ge=1)
+    """Steps of a task that does not set `limits.max_steps`."""
     max_max_steps: int = Field(default=500, ge=1)
+    """The most `limits.max_steps` a task may ask for."""
     default_timeout_s: int = Field(default=1800, ge=1)
+    """A task's wall clock (`limits.timeout_s`) when it does not say."""
     max_timeout_s: int = Field(default=7200, ge=1)
-    default_command_timeout_s: int = Field(default=120, ge=1)
+    """The longest wall clock a task may ask for."""
+    default_command_timeout_s: int = Field(default=defaults.COMMAND_TIMEOUT_S, ge=1)
+    """Timeout of one command (`limits.command_timeout_s`) when the task does not say."""
     max_command_timeout_s: int = Field(default=1800, ge=1)
-    default_max_context_tokens: int = Field(default=65536, ge=1024)
+    """The longest command timeout a task may ask for."""
+    default_max_context_tokens: int = Field(default=defaults.MAX_CONTEXT_TOKENS, ge=1024)
+    """Conversation budget (`limits.max_context_tokens`; over it the task ends with
+    `context_limit`) when the task does not say."""
     max_max_context_tokens: int = Field(default=1_000_000, ge=1024)
+    """The largest conversation budget a task may ask for."""
     default_max_tokens_per_call: int = Field(default=8192, ge=1)
+    """`max_tokens` of each completion when the task does not say."""
     max_max_tokens_per_call: int = Field(default=131072, ge=1)
+    """The largest `max_tokens` per completion a task may ask for."""
     default_temperature: float = Field(default=1.0, ge=0, le=2)
-    default_cpus: float = Field(default=1.0, gt=0)
+    """Sampling temperature when the task does not say, as the reference package."""
+    default_cpus: float = Field(default=defaults.CPUS, gt=0)
+    """Sandbox CPUs when the task does not say."""
     max_cpus: float = Field(default=4.0, gt=0)
-    default_memory_mb: int = Field(default=1024, ge=64)
+    """The most sandbox CPUs a task may ask for."""
+    default_memory_mb: int = Field(default=defaults.MEMORY_MB, ge=64)
+    """Sandbox memory (no swap) when the task does not say."""
     max_memory_mb: int = Field(default=8192, ge=64)
+    """The most sandbox memory a task may ask for."""
 
     # Input bounds
     max_prompt_chars: int = Field(default=200_000, ge=1)
+    """Longest prompt, in characters."""
     max_input_files: int = Field(default=100, ge=0)
+    """Input files per task."""
     max_input_file_bytes: int = Field(default=10 * 2**20, ge=1)
+    """Size of one input file (413 above)."""
     max_input_total_bytes: int = Field(default=50 * 2**20, ge=1)
+    """Size of all of a task's input files together (413 above)."""
     max_metadata_bytes: int = Field(default=16 * 2**10, ge=2)
+    """Size of a task's `metadata` as JSON."""
 
     # Output bounds
     artifact_max_files: int = Field(default=1000, ge=0)
+    """Artifacts kept per task."""
     artifact_max_file_bytes: int = Field(default=20 * 2**20, ge=1)
+    """Size of one artifact, enforced while reading the sandbox's output."""
     artifact_max_total_bytes: int = Field(default=100 * 2**20, ge=1)
+    """Size of all of a task's artifacts together, enforced while reading the sandbox's
+    output."""
     artifact_collect_grace_s: float = Field(default=5.0, gt=0)
     """Time the output collection still gets when the task's wall clock ran out (so partial
     output is kept); the task ends at most this long after its timeout_s."""
     answer_max_bytes: int = Field(default=64 * 2**10, ge=1)
+    """Cap of a task's `answer`."""
 
-    # Live event streams (issue 3), per API process. See README "Watching tasks live".
-    stream_client_buffer: int = Field(default=1000, ge=1)
+    # Live event streams, per API process (docs/api.md).
+    stream_client_buffer: int = Field(default=defaults.STREAM_CLIENT_BUFFER, ge=1)
     """Events a viewer may lag behind before it is cut off (WebSocket close 4408)."""
-    stream_keepalive_s: float = Field(default=15.0, gt=0)
-    """Idle streams get a keepalive this often (and re-check Postgres for a lost publish)."""
+    stream_keepalive_s: float = Field(default=defaults.STREAM_KEEPALIVE_S, gt=0)
+    """Idle streams get a keepalive this often (and re-check Postgres for a lost publish);
+    keep it under 45: the page reconnects after 45 s of silence."""
 
-    # Security (issue 5): sandbox hardening, egress, request limits. See README "Security".
+    # Security: sandbox hardening, egress, request limits (docs/security.md).
     sandbox_read_only_rootfs: bool = True
-    """Read-only image filesystem; /testbed and the scratch dirs are size-capped tmpfs."""
-    default_disk_mb: int = Field(default=1024, ge=16)
+    """Read-only image filesystem; only the workdir and the scratch dirs (size-capped tmpfs)
+    are writable."""
+    default_disk_mb: int = Field(default=defaults.DISK_MB, ge=16)
+    """Size of /testbed (`sandbox.disk_mb`) when the task does not say."""
     max_disk_mb: int = Field(default=8192, ge=16)
-    """/testbed's size cap; RAM-backed, so the container's memory limit is memory_mb + disk_mb."""
-    sandbox_scratch_mb: int = Field(default=256, ge=16)
+    """The largest /testbed a task may ask for; RAM-backed, so the container's memory limit is
+    memory_mb + disk_mb."""
+    sandbox_scratch_mb: int = Field(default=defaults.SCRATCH_MB, ge=16)
     """Size cap of each scratch tmpfs: /tmp, /var/tmp, /root (pip's user site), /run."""
     sandbox_egress_enabled: bool = False
-    """Accept `sandbox.network: "egress"` (a dedicated, firewalled Docker network)."""
+    """Accept `sandbox.network: "egress"` (a dedicated, firewalled Docker network; else 422)."""
     sandbox_egress_network: str = Field(
         default="sandhive-egress", pattern=r"^[A-Za-z0-9][\w.-]{0,62}$"
     )
+    """The egress Docker network."""
     sandbox_egress_bridge: str = Field(default="shv-egress0", pattern=r"^[A-Za-z0-9][\w.-]{0,14}$")
     """The Linux bridge of that network, named so the firewall rules can match it."""
     sandbox_egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """CIDRs egress sandboxes may reach; empty: any public address (never private/host ones)."""
+    """Comma-separated IPv4 CIDRs egress sandboxes may reach; empty: any public address (never
+    private/host ones)."""
     sandbox_egress_firewall: bool = True
-    """The worker installs the egress iptables rules itself (needs root on the Docker host)."""
+    """The worker installs the egress iptables rules itself (needs root on the Docker host);
+    `false`: the operator does."""
     sandbox_ca_bundle: Path | None = None
     """Extra CA bundle (host path) mounted read-only into egress sandboxes."""
     max_json_body_bytes: int = Field(default=8 * 2**20, ge=1024)
+    """Cap of a JSON request body (413 as soon as crossed)."""
     max_multipart_body_bytes: int = Field(default=64 * 2**20, ge=1024)
+    """Cap of a multipart request body (413 as soon as crossed)."""
     request_body_timeout_s: float = Field(default=60.0, gt=0)
     """The whole request body must arrive within this time (slow-body clients get 408)."""
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Browser origins besides the API's own that may call it (CORS, WebSocket handshakes)."""
+    """Comma-separated browser origins besides the API's own that may call it (CORS, WebSocket
+    handshakes)."""
     rate_limit_per_s: float = Field(default=20.0, ge=0)
-    """Sustained /v1 requests per second per tenant (0: no rate limit)."""
+    """Sustained /v1 requests per second per tenant (a token bucket in Redis; 429 +
+    `Retry-After`; 0: no rate limit)."""
     rate_limit_burst: int = Field(default=100, ge=1)
-    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    """Burst of that per-tenant token bucket."""
+    api_header_timeout_s: float = Field(default=defaults.API_HEADER_TIMEOUT_S, gt=0)
     """A connection whose request line and headers are not complete this long after it opened
     (or after the previous response) is closed: slowloris and silent sockets."""
     api_max_connections: int = Field(default=500, ge=2)
@@ -181,31 +249,44 @@ class Settings(BaseSettings):
                 raise ValueError(f"{item!r} would open the host: leave the list empty instead")
         return value
 
-    # Reliability (issue 4): leases, reclaim, reconciliation, reaping, shutdown, backpressure.
-    # A worker renews the lease of each task it runs every `worker_heartbeat_s`; a task whose
-    # lease is older than `worker_lease_s` is reclaimed by another worker as a new attempt.
+    # Reliability: leases, reclaim, reconciliation, reaping, shutdown, backpressure
+    # (docs/operations.md). A worker renews the lease of each task it runs every
+    # `worker_heartbeat_s`; a task whose lease is older than `worker_lease_s` is reclaimed by
+    # another worker as a new attempt.
     instance: str | None = None
-    """Label of this deployment's containers (reaped only by it); default: the database name."""
+    """`sandhive.instance` label of this deployment's sandboxes: the reaper removes only these;
+    unset: the database's name."""
     worker_lease_s: float = Field(default=30.0, gt=0)
+    """A task whose worker stopped renewing its lease this long is reclaimed (a new attempt)."""
     worker_heartbeat_s: float = Field(default=10.0, gt=0)
+    """How often a worker says it is alive and renews its leases (below the lease)."""
     worker_max_attempts: int = Field(default=3, ge=1, le=100)
     """Attempts a task may lose to dead workers before it fails with `worker_lost`."""
     worker_shutdown_grace_s: float = Field(default=30.0, ge=0)
+    """After SIGTERM, running tasks get this long before they are handed back."""
     worker_reconcile_interval_s: float = Field(default=60.0, gt=0)
+    """How often a worker re-enqueues what Postgres says must run but Redis lacks."""
     worker_reap_interval_s: float = Field(default=10.0, gt=0)
+    """How often a worker removes sandboxes of finished tasks and dead workers."""
     worker_cancel_poll_s: float = Field(default=0.5, gt=0)
+    """How often a worker checks for cancels of the tasks it runs."""
     queue_max_depth: int = Field(default=10_000, ge=1)
     """Queued tasks (all tenants) beyond which a submission is answered 429."""
     tenant_max_active_tasks: int = Field(default=1_000, ge=1)
     """Queued + running tasks of one tenant beyond which its submissions are answered 429."""
     backpressure_retry_after_s: int = Field(default=5, ge=1)
+    """The `Retry-After` of those 429s."""
 
-    # Operations (issue 8): logs, the worker's metrics endpoint, retention of finished tasks.
+    # Operations: logs, the worker's metrics endpoint, retention of finished tasks
+    # (docs/operations.md).
     log_format: Literal["text", "json"] = "text"
-    """`json`: one JSON object per line, with task_id/attempt/tenant on lines about a task."""
+    """`json`: one JSON object per line, with task_id/attempt/tenant on lines about a task
+    (the service image sets `json`; see docs/operations.md#logs)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """`DEBUG`, `INFO`, `WARNING` or `ERROR`."""
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
-    """Port of the worker's own Prometheus `/metrics` (histograms, counters); 0: not served."""
+    """Port of the worker's own Prometheus `/metrics` (histograms, counters), `/healthz` and
+    `/readyz`; 0: not served."""
     worker_ready_check_s: float = Field(default=10.0, gt=0)
     """How often a worker checks Postgres, Redis and Docker for its `/readyz` (metrics port)."""
     task_retention_days: float = Field(default=30.0, gt=0)
@@ -244,3 +325,55 @@ def _read_profiles(path: Path, mtime_ns: int) -> dict[str, LLMProfile]:
     """Parsed once per version of the file (keyed by mtime), not on every submit and attempt."""
     data = tomllib.loads(path.read_text())
     return {name: LLMProfile.model_validate(t) for name, t in data.get("profiles", {}).items()}
+
+
+SETTINGS_DOC_HEADER = """\
+# Configuration
+
+<!-- Generated from the field docstrings of app.config.Settings by `make docs`
+(`python -m app.config --markdown > docs/configuration.md`): edit those, not this file. -->
+
+One `Settings` class (`app/config.py`), read from `SANDHIVE_*` environment variables (and a
+`.env` file in the working directory; under `docker compose` every one of them can go in `.env`,
+and `deploy/env.example` lists the usual ones). A `DEFAULT_*` setting is what a task gets when
+it does not say; a task asking for more than the matching `MAX_*` gets a 422. Lists are
+comma-separated (`a,b`) or a JSON list.
+
+"""
+
+
+def settings_markdown() -> str:
+    """docs/configuration.md: one row per setting, its meaning from the field's docstring."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = _default_text(name, field.get_default(call_default_factory=True))
+        meaning = " ".join((field.description or "").split())
+        # From docs/configuration.md, docs/agent.md#providers is the link agent.md#providers.
+        meaning = re.sub(r"\bdocs/([\w-]+\.md)(#[\w-]+)?", r"[\1](\1\2)", meaning)
+        meaning = meaning.replace("|", r"\|")
+        rows.append(f"| `SANDHIVE_{name.upper()}` | {default} | {meaning} |")
+    return SETTINGS_DOC_HEADER + "\n".join(rows) + "\n"
+
+
+def _default_text(name: str, default: object) -> str:
+    if isinstance(default, SecretStr):
+        default = default.get_secret_value()
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if default == "" or default == []:
+        return "empty"
+    if isinstance(default, int) and name.endswith("_bytes"):
+        for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+            if default >= size and default % size == 0:
+                return f"{default // size} {unit}"
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)
+    return f"`{default}`"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m app.config --markdown > docs/configuration.md")
+    sys.stdout.write(settings_markdown())

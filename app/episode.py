@@ -1,8 +1,9 @@
 """One episode: a fresh sandbox, a model and the agent loop, from inputs to collected outputs.
 
-Shared by the worker and `sandhive run`, so both run exactly the same code path.
-Knows nothing of Postgres or Redis; whoever calls it decides where steps and
-files go (through the EventSink and the returned files).
+`Runner` is the one way to run a task's episode: the worker, `sandhive run` and
+every later way of starting one call it with a resolved `TaskSpec`. It knows
+nothing of Postgres or Redis; whoever calls it decides where steps and files go
+(through the EventSink and the returned files).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import httpx
 
@@ -22,12 +23,13 @@ from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
 from app.config import Settings
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
-from app.prompt_configs import render_prompts
+from app.llm.transport import shared_http_client
+from app.prompt_configs import render_prompts, stored_prompt
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
-from app.schemas import LimitsSpec, LLMSpec, PromptSpec, SandboxSpec, ToolsOptions
+from app.specs import LLMSpec, TaskSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
@@ -37,14 +39,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Episode:
+    """A task's episode with every server policy applied: what `Runner.play` runs."""
+
     agent: AgentSpec
     sandbox: SandboxConfig
-    inputs: Sequence[tuple[str, bytes]] = ()
-    input_dir: str = "/testbed/input"
-    output_dir: str = "/testbed/output"
-    collect_grace_s: float = 5.0
-    """Time the output collection still gets when the loop used up the task's wall clock
-    (`artifact_collect_grace_s`, filled in by `build_episode`)."""
+    inputs: Sequence[tuple[str, bytes]]
+    input_dir: str
+    output_dir: str
+    collect_grace_s: float
+    """Time the output collection still gets when the loop used up the task's wall clock."""
 
 
 @dataclass
@@ -61,56 +64,202 @@ class EpisodeResult:
         return None
 
 
-def build_episode(
-    settings: Settings,
-    prompt: PromptSpec,
-    problem: str,
-    *,
-    limits: LimitsSpec,
-    tools: ToolsOptions,
-    sandbox: SandboxSpec,
-    labels: Mapping[str, str],
-    inputs: Sequence[tuple[str, bytes]] = (),
-) -> Episode:
-    """A task's episode from its resolved options: one mapping for the worker and `sandhive
-    run`, and the sandbox choices pass the server's allow-list (`sandbox_config`) here."""
-    workdir = settings.sandbox_workdir
-    system, user = render_prompts(prompt, problem)
-    return Episode(
-        agent=AgentSpec(
-            system_prompt=system,
-            user_prompt=user,
-            max_steps=limits.max_steps,
-            timeout_s=limits.timeout_s,
-            command_timeout_s=limits.command_timeout_s,
-            max_context_tokens=limits.max_context_tokens,
-            tools_profile=tools.profile,
-            tools_shell=tools.shell,
-            workdir=workdir,
-            answer_all_tool_calls=tools.answer_all_tool_calls,
-        ),
-        sandbox=sandbox_config(
-            sandbox_caps(settings),
-            labels=labels,
-            cpus=sandbox.cpus,
-            memory_mb=sandbox.memory_mb,
-            disk_mb=sandbox.disk_mb,
-            network=sandbox.network,
-            workdir=workdir,
-        ),
-        inputs=inputs,
-        input_dir=prompt.input_dir,
-        output_dir=prompt.output_dir,
-        collect_grace_s=settings.artifact_collect_grace_s,
-    )
+class Runner:
+    """Runs episodes for one process: the server's caps, one Docker host, its warm pool and
+    shared HTTP client, all fixed once, so that a task brings only its resolved spec."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        docker: DockerHost,
+        *,
+        pool: WarmPool | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings, self.docker, self.pool, self.http = settings, docker, pool, http
+        self.sandbox_caps = sandbox_caps(settings)
+        self.collect_caps = CollectCaps(
+            max_files=settings.artifact_max_files,
+            max_file_bytes=settings.artifact_max_file_bytes,
+            max_total_bytes=settings.artifact_max_total_bytes,
+        )
+
+    def model(self, llm: LLMSpec) -> HTTPChatModel:
+        """The model client for a task's LLM spec: its profile's kind, URL and key."""
+        profile = self.settings.llm_profiles().get(llm.profile)
+        if profile is None:
+            raise InvalidInput(f"unknown LLM profile {llm.profile!r}")
+        s = self.settings
+        return model_for_profile(
+            profile,
+            model=llm.model,
+            temperature=llm.temperature,
+            max_tokens=llm.max_tokens_per_call,
+            extra_body=llm.extra_body,
+            timeout_s=s.llm_timeout_s,
+            max_retries=s.llm_max_retries,
+            backoff_s=s.llm_retry_backoff_s,
+            client=self.http,
+        )
+
+    def episode(
+        self,
+        spec: TaskSpec,
+        problem: str,
+        *,
+        labels: Mapping[str, str],
+        inputs: Sequence[tuple[str, bytes]] = (),
+    ) -> Episode:
+        """The episode of a resolved task; its sandbox request passes the server's caps here
+        (ValueError otherwise), whatever the API already checked."""
+        workdir = self.settings.sandbox_workdir
+        prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=workdir)
+        system, user = render_prompts(prompt, problem)
+        limits, tools, box = spec.limits, spec.tools, spec.sandbox
+        return Episode(
+            agent=AgentSpec(
+                system_prompt=system,
+                user_prompt=user,
+                max_steps=limits.max_steps,
+                timeout_s=limits.timeout_s,
+                command_timeout_s=limits.command_timeout_s,
+                max_context_tokens=limits.max_context_tokens,
+                tools_profile=tools.profile,
+                tools_shell=tools.shell,
+                workdir=workdir,
+                answer_all_tool_calls=tools.answer_all_tool_calls,
+            ),
+            sandbox=sandbox_config(
+                self.sandbox_caps,
+                labels=labels,
+                cpus=box.cpus,
+                memory_mb=box.memory_mb,
+                disk_mb=box.disk_mb,
+                network=box.network,
+                workdir=workdir,
+            ),
+            inputs=inputs,
+            input_dir=prompt.input_dir,
+            output_dir=prompt.output_dir,
+            collect_grace_s=self.settings.artifact_collect_grace_s,
+        )
+
+    async def run(
+        self,
+        spec: TaskSpec,
+        problem: str,
+        sink: EventSink,
+        *,
+        labels: Mapping[str, str],
+        inputs: Sequence[tuple[str, bytes]] = (),
+        stop: asyncio.Event | None = None,
+        used_s: float = 0.0,
+        model: ChatModel | None = None,
+        outcome: Outcome | None = None,
+    ) -> EpisodeResult:
+        """Run a resolved task to its end (see `play`); never raises for model, sandbox or time
+        failures, which become the outcome's finish reason.
+
+        `model`: None for the client of the spec's LLM profile (closed afterwards).
+        `outcome`: the caller's record of steps and usage, filled as the loop goes, so
+        it stays right whatever ends the episode (a cancel, an error raised through).
+        """
+        if model is not None:
+            episode = self.episode(spec, problem, labels=labels, inputs=inputs)
+            return await self.play(episode, model, sink, stop=stop, used_s=used_s, outcome=outcome)
+        own = self.model(spec.llm)
+        try:
+            episode = self.episode(spec, problem, labels=labels, inputs=inputs)
+            return await self.play(episode, own, sink, stop=stop, used_s=used_s, outcome=outcome)
+        finally:
+            await own.aclose()
+
+    async def play(
+        self,
+        episode: Episode,
+        model: ChatModel,
+        sink: EventSink,
+        *,
+        stop: asyncio.Event | None = None,
+        used_s: float = 0.0,
+        outcome: Outcome | None = None,
+    ) -> EpisodeResult:
+        """Create the sandbox, run the loop, collect the output dir, always remove the sandbox.
+
+        The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
+        the loop and the collection (which still gets `collect_grace_s` after a timeout,
+        so partial output is kept). It is the task's, not the attempt's: `used_s` is
+        what earlier attempts already spent of it (since the first one started), and
+        this one gets the rest. Setting `stop` ends the loop at once (a cancel);
+        the output so far is still collected. With a warm pool, a ready sandbox of the
+        same shape is used when there is one (it is removed afterwards all the same).
+        The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
+        """
+        box: DockerSandbox | None = None
+        record = outcome if outcome is not None else Outcome(FinishReason.max_steps)
+        record.finish_reason = FinishReason.sandbox_error  # until the loop has run
+        result = EpisodeResult(outcome=record)
+        deadline = _Deadline(episode.agent.timeout_s, used_s)
+        try:
+            async with asyncio.timeout(deadline.left()):
+                box = await self._sandbox(episode)
+            agent = replace(episode.agent, timeout_s=deadline.left())
+            await _run_until_stopped(agent, box, model, sink, record, stop)
+            if record.finish_reason is FinishReason.timeout:  # the limit, not what was left
+                record.error = timeout_error(episode.agent.timeout_s)
+            async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
+                collected = await box.collect(episode.output_dir, self.collect_caps)
+            result.files, result.skipped = collected.files, collected.skipped
+        except SandboxError as exc:
+            record.finish_reason = FinishReason.sandbox_error
+            record.error = exc.message
+        except TimeoutError:
+            record.finish_reason = FinishReason.timeout
+            record.error = timeout_error(episode.agent.timeout_s)
+        finally:
+            if box is not None:
+                await _remove_quietly(box)
+        return result
+
+    async def _sandbox(self, episode: Episode) -> DockerSandbox:
+        """A sandbox of the episode's shape with its inputs in place: warm if the pool has one."""
+        asked = time.monotonic()
+        box = self.pool.claim(episode.sandbox) if self.pool is not None else None
+        warm = box is not None
+        box = box or await self.docker.create_sandbox(episode.sandbox)
+        try:
+            if episode.inputs:
+                await box.put_files(episode.input_dir, episode.inputs)
+        except BaseException:
+            await _remove_quietly(box)
+            raise
+        metrics.observe_sandbox_start(time.monotonic() - asked, warm=warm)
+        return box
 
 
-def collect_caps(settings: Settings) -> CollectCaps:
-    return CollectCaps(
-        max_files=settings.artifact_max_files,
-        max_file_bytes=settings.artifact_max_file_bytes,
-        max_total_bytes=settings.artifact_max_total_bytes,
-    )
+@asynccontextmanager
+async def open_runner(
+    settings: Settings, *, warm_labels: Mapping[str, str] | None = None
+) -> AsyncIterator[Runner]:
+    """A runner over a Docker host and one shared HTTP client for every model call, and a
+    warm pool labelled `warm_labels` when `warm_pool_size` asks for one; all closed after."""
+    async with (
+        DockerHost(exec_channel=settings.sandbox_exec_channel) as docker,
+        shared_http_client() as http,
+    ):
+        pool = None
+        if warm_labels is not None and settings.warm_pool_size > 0:
+            pool = WarmPool(
+                docker,
+                size=settings.warm_pool_size,
+                labels=warm_labels,
+                max_age_s=settings.warm_pool_max_age_s,
+            )
+        try:
+            yield Runner(settings, docker, pool=pool, http=http)
+        finally:
+            if pool is not None:
+                await pool.close()
 
 
 def sandbox_caps(settings: Settings) -> SandboxCaps:
@@ -136,81 +285,6 @@ def sandbox_caps(settings: Settings) -> SandboxCaps:
     )
 
 
-def chat_model_for(
-    settings: Settings, llm: LLMSpec, client: httpx.AsyncClient | None = None
-) -> HTTPChatModel:
-    """The model client for a task's resolved LLM spec: the profile's kind, URL and key.
-
-    `client`: the process's shared HTTP client, if it has one (the worker does).
-    """
-    profile = settings.llm_profiles().get(llm.profile)
-    if profile is None:
-        raise InvalidInput(f"unknown LLM profile {llm.profile!r}")
-    return model_for_profile(
-        profile,
-        model=llm.model,
-        temperature=llm.temperature,
-        max_tokens=llm.max_tokens_per_call,
-        extra_body=llm.extra_body,
-        timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        backoff_s=settings.llm_retry_backoff_s,
-        client=client,
-    )
-
-
-async def run_episode(
-    host: DockerHost,
-    model: ChatModel,
-    episode: Episode,
-    sink: EventSink,
-    caps: CollectCaps,
-    stop: asyncio.Event | None = None,
-    pool: WarmPool | None = None,
-    used_s: float = 0.0,
-) -> EpisodeResult:
-    """Create the sandbox, run the loop, collect /testbed/output, always remove the sandbox.
-
-    The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
-    the loop and the collection (which still gets `collect_grace_s` after a timeout,
-    so partial output is kept). It is the task's, not the attempt's: `used_s` is
-    what earlier attempts already spent of it (since the first one started), and
-    this one gets the rest. Setting `stop` ends the loop at once (a cancel);
-    the output so far is still collected. With a warm `pool`, a ready sandbox of the
-    same shape is used when there is one (it is removed afterwards all the same).
-    The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
-    """
-    box: DockerSandbox | None = None
-    result = EpisodeResult(outcome=Outcome(finish_reason=FinishReason.sandbox_error))
-    deadline = _Deadline(episode.agent.timeout_s, used_s)
-    try:
-        async with asyncio.timeout(deadline.left()):
-            asked = time.monotonic()
-            box = pool.claim(episode.sandbox) if pool is not None else None
-            warm = box is not None
-            box = box or await host.create_sandbox(episode.sandbox)
-            if episode.inputs:
-                await box.put_files(episode.input_dir, episode.inputs)
-            metrics.observe_sandbox_start(time.monotonic() - asked, warm=warm)
-        agent = replace(episode.agent, timeout_s=deadline.left())
-        result.outcome = await _run_until_stopped(run_agent(agent, box, model, sink), stop)
-        if result.outcome.finish_reason is FinishReason.timeout:  # the limit, not what was left
-            result.outcome.error = timeout_error(episode.agent.timeout_s)
-        async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
-            collected = await box.collect(episode.output_dir, caps)
-        result.files, result.skipped = collected.files, collected.skipped
-    except SandboxError as exc:
-        result.outcome.finish_reason = FinishReason.sandbox_error
-        result.outcome.error = exc.message
-    except TimeoutError:
-        result.outcome.finish_reason = FinishReason.timeout
-        result.outcome.error = timeout_error(episode.agent.timeout_s)
-    finally:
-        if box is not None:
-            await _remove_quietly(box)
-    return result
-
-
 class _Deadline:
     """The task's wall clock: what is left of `timeout_s` once `used_s` is spent (None: no limit).
 
@@ -226,10 +300,16 @@ class _Deadline:
 
 
 async def _run_until_stopped(
-    loop: Coroutine[Any, Any, Outcome], stop: asyncio.Event | None
-) -> Outcome:
-    """The loop's outcome, or `cancelled` as soon as `stop` is set (the loop is cancelled)."""
-    agent = asyncio.ensure_future(loop)
+    spec: AgentSpec,
+    box: DockerSandbox,
+    model: ChatModel,
+    sink: EventSink,
+    outcome: Outcome,
+    stop: asyncio.Event | None,
+) -> None:
+    """Run the loop into `outcome`; `cancelled` as soon as `stop` is set (the loop is
+    cancelled, its steps and usage so far stay in `outcome`)."""
+    agent = asyncio.ensure_future(run_agent(spec, box, model, sink, outcome))
     stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
         await asyncio.wait([t for t in (agent, stopped) if t is not None], return_when=FIRST)
@@ -240,8 +320,9 @@ async def _run_until_stopped(
         # The loop's cleanup (killing a running command) finishes before the sandbox goes.
         await asyncio.gather(agent, return_exceptions=True)
     if agent.cancelled():
-        return Outcome(finish_reason=FinishReason.cancelled, error="cancelled")
-    return agent.result()
+        outcome.finish_reason, outcome.error = FinishReason.cancelled, "cancelled"
+        return
+    agent.result()  # raises what the loop raised
 
 
 async def _remove_quietly(box: DockerSandbox) -> None:

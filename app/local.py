@@ -9,38 +9,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from app.agent.types import ChatModel, Step
+from app.agent.types import Step
 from app.config import Settings
-from app.episode import EpisodeResult, build_episode, collect_caps, run_episode
-from app.prompt_configs import DEFAULT, resolve_prompt
-from app.sandbox.docker import DockerHost
+from app.episode import EpisodeResult, open_runner
+from app.resolve import parse_submission, resolve_spec
 from app.sandbox.files import CollectedFile
-from app.schemas import LimitsSpec, PromptSpec, SandboxSpec, ToolsOptions
+from app.specs import TaskSpec
 from app.trajectory_format import reference_trajectory
 
+LOCAL_LABELS = {"sandhive.local": "1"}
 
-@dataclass(frozen=True)
-class LocalRun:
-    prompt: str
-    max_steps: int = 100
-    timeout_s: int = 1800
-    command_timeout_s: int = 120
-    max_context_tokens: int = 65536
-    tools_profile: str = "standard"
-    shell: str = "fresh"
-    output_root: Path = Path("output")
-    inputs: Sequence[tuple[str, bytes]] = ()
-    prompt_config: PromptSpec | None = None
-    """Resolved by the caller (`prompt_configs.resolve_prompt`); None: "general"."""
-    answer_all_tool_calls: bool | None = None
+
+def resolve_run(settings: Settings, options: Mapping[str, Any]) -> TaskSpec:
+    """`sandhive run`'s options (a submission's JSON) resolved exactly as the API resolves
+    a submission: the same defaults, maxima and errors (InvalidInput)."""
+    return resolve_spec(parse_submission(options), settings)
 
 
 class TerminalSink:
@@ -73,40 +64,20 @@ class TerminalSink:
 
 
 async def run_local(
-    settings: Settings, model: ChatModel, run: LocalRun, console: Console
+    settings: Settings,
+    spec: TaskSpec,
+    prompt: str,
+    console: Console,
+    *,
+    output_root: Path,
+    inputs: Sequence[tuple[str, bytes]] = (),
 ) -> tuple[EpisodeResult, Path]:
-    """Run one task locally and write its outputs; returns the result and the run folder."""
-    workdir = settings.sandbox_workdir
-    episode = build_episode(
-        settings,
-        run.prompt_config or resolve_prompt(DEFAULT, workdir=workdir),
-        run.prompt,
-        limits=LimitsSpec(
-            max_steps=run.max_steps,
-            timeout_s=run.timeout_s,
-            command_timeout_s=run.command_timeout_s,
-            max_context_tokens=run.max_context_tokens,
-        ),
-        tools=ToolsOptions(
-            profile=run.tools_profile,  # type: ignore[arg-type]
-            answer_all_tool_calls=run.answer_all_tool_calls,
-            shell=run.shell,  # type: ignore[arg-type]
-        ),
-        sandbox=SandboxSpec(
-            image=settings.sandbox_image,
-            network="none",
-            cpus=settings.default_cpus,
-            memory_mb=settings.default_memory_mb,
-            disk_mb=settings.default_disk_mb,
-        ),
-        labels={"sandhive.local": "1"},
-        inputs=run.inputs,
-    )
-    async with DockerHost(exec_channel=settings.sandbox_exec_channel) as host:
-        result = await run_episode(
-            host, model, episode, TerminalSink(console), collect_caps(settings)
+    """Run one resolved task locally and write its outputs; returns the result and run folder."""
+    async with open_runner(settings) as runner:
+        result = await runner.run(
+            spec, prompt, TerminalSink(console), labels=LOCAL_LABELS, inputs=inputs
         )
-    folder = write_outputs(run.output_root, run.prompt, result)
+    folder = write_outputs(output_root, prompt, result)
     return result, folder
 
 

@@ -31,7 +31,8 @@ from typing import Any, NoReturn
 import yaml
 
 from app.errors import InvalidInput
-from app.schemas import PromptPair, PromptSpec
+from app.schemas import PromptPair
+from app.specs import PromptSpec
 
 CUSTOM = "custom"
 """The name a task's own {system, instance} pair is stored under."""

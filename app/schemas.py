@@ -1,7 +1,7 @@
 """The v1 wire models: what clients send and receive (shared/API.md).
 
 Structural bounds live here; server maxima, which depend on Settings, are
-checked when a task is resolved (`services.tasks.resolve_spec`).
+checked when a task is resolved (`app.resolve`); the resolved, stored form is `app.specs`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pydantic import (
     model_validator,
 )
 
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, ToolsSpec
 from app.states import FinishReason, TaskStatus
 
-# Bounds on every input (issue 5). These are hard ceilings that keep parsing and storage
+# Bounds on every input. These are hard ceilings that keep parsing and storage
 # safe whatever the settings say; the configurable limits (Settings.max_prompt_chars,
 # max_input_files, max_metadata_bytes ...) are checked by services.tasks.
 MAX_INT = 2**31 - 1
@@ -155,7 +156,10 @@ class ToolsOptions(_Strict):
     @classmethod
     def _shell_fits_profile(cls, shell: str, info: ValidationInfo) -> str:
         if shell == "persistent" and info.data.get("profile") == "reference":
-            raise ValueError("the reference profile runs a fresh shell per call")
+            raise ValueError(
+                "the reference profile runs a fresh shell per call "
+                "(shell must be fresh, or persistent with the standard profile)"
+            )
         return shell
 
 
@@ -168,7 +172,7 @@ PromptConfigName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,6
 
 
 class PromptPair(_Strict):
-    """A custom prompt config, with the package's placeholder rules (README "Prompt configs")."""
+    """A custom prompt config, with the package's placeholder rules (docs/agent.md)."""
 
     system: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
     instance: str = Field(default="", max_length=MAX_TEXT_CHARS)
@@ -205,54 +209,6 @@ class TaskCreate(_Strict):
         return self
 
 
-# Resolved forms: every default filled in, every maximum checked. Stored with the task.
-
-
-class LLMSpec(BaseModel):
-    profile: str
-    model: str
-    temperature: float
-    max_tokens_per_call: int
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-
-
-class LimitsSpec(BaseModel):
-    max_steps: int
-    timeout_s: int
-    command_timeout_s: int
-    max_context_tokens: int
-
-
-class SandboxSpec(BaseModel):
-    image: str
-    network: Literal["none", "egress"]
-    cpus: float
-    memory_mb: int
-    disk_mb: int = 1024
-    """Tasks stored before the field existed ran with 1024."""
-
-
-class PromptSpec(BaseModel):
-    """A prompt config resolved at submit time: templates and sandbox directories."""
-
-    name: str
-    system: str
-    instance: str
-    working_dir: str
-    input_dir: str
-    output_dir: str
-
-
-class TaskSpec(BaseModel):
-    llm: LLMSpec
-    limits: LimitsSpec
-    sandbox: SandboxSpec
-    tools: ToolsOptions
-    prompt_config: str
-    prompt: PromptSpec | None = None
-    """None only in tasks stored before prompt configs were resolved at submit time."""
-
-
 class UsageOut(BaseModel):
     steps: int = 0
     prompt_tokens: int = 0
@@ -282,7 +238,7 @@ class TaskOut(BaseModel):
     llm: LLMSpec
     limits: LimitsSpec
     sandbox: SandboxSpec
-    tools: ToolsOptions
+    tools: ToolsSpec
     prompt_config: str
     metadata: dict[str, Any]
     attempt: int

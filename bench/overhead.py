@@ -4,7 +4,7 @@
                                        [--concurrency 1 8 32] [--no-channel]
 
 What it measures, on the episode path the worker and `sandhive run` share
-(`app.episode.run_episode`: sandbox start, inputs, agent loop, tools, collection,
+(`app.episode.Runner`: sandbox start, inputs, agent loop, tools, collection,
 removal; the queue and Postgres are not in it):
   * start: episode start to the first LLM request (median, p95), cold sandboxes and,
     when the warm pool exists (`app.sandbox.pool`), claimed from a warm pool;
@@ -28,15 +28,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.agent.types import AgentSpec, Completion, Step, ToolCall
-from app.episode import Episode, run_episode
+from app.agent.types import Completion, Step, ToolCall
+from app.config import Settings
+from app.episode import Runner
+from app.resolve import resolve_spec
 from app.sandbox.docker import DockerHost
-from app.sandbox.files import CollectCaps
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.pool import WarmPool
+from app.schemas import TaskCreate
+from app.specs import TaskSpec
 
-IMAGE = "sandhive-sandbox:latest"
-CAPS = CollectCaps(max_files=100, max_file_bytes=2**20, max_total_bytes=2**24)
+SETTINGS = Settings(
+    _env_file=None,
+    sandbox_image="sandhive-sandbox:latest",
+    llm_base_url="http://127.0.0.1:9/v1",  # a profile to resolve against; never called
+    llm_model="bench",
+)
+INPUTS = [("in.txt", b"hello\n")]
 
 
 @dataclass
@@ -89,20 +97,29 @@ class TaskTimes:
     ok: bool
 
 
-def episode(labels: Mapping[str, str], steps: int) -> Episode:
-    spec = AgentSpec(
-        system_prompt="bench", user_prompt="bench", max_steps=steps + 5, tools_profile="standard"
-    )
-    config = SandboxConfig(image=IMAGE, labels=labels, memory_mb=512, disk_mb=64)
-    return Episode(agent=spec, sandbox=config, inputs=[("in.txt", b"hello\n")])
+def task(steps: int) -> TaskSpec:
+    body = {"prompt": "bench", "limits": {"max_steps": steps + 5}}
+    box = {"memory_mb": 512, "disk_mb": 64}
+    return resolve_spec(TaskCreate.model_validate({**body, "sandbox": box}), SETTINGS)
+
+
+def shape(host: DockerHost, labels: Mapping[str, str]) -> SandboxConfig:
+    return Runner(SETTINGS, host).episode(task(1), "bench", labels=labels).sandbox
 
 
 async def one_task(
-    host: DockerHost, labels: Mapping[str, str], steps: int, latency: float, **extra: Any
+    host: DockerHost,
+    labels: Mapping[str, str],
+    steps: int,
+    latency: float,
+    pool: WarmPool | None = None,
 ) -> TaskTimes:
     model = TimedModel(steps, latency)
+    runner = Runner(SETTINGS, host, pool=pool)
     started = time.perf_counter()
-    result = await run_episode(host, model, episode(labels, steps), NullSink(), CAPS, **extra)
+    result = await runner.run(
+        task(steps), "bench", NullSink(), labels=labels, inputs=INPUTS, model=model
+    )
     return TaskTimes(started, model, result.outcome.error is None)
 
 
@@ -134,7 +151,7 @@ def mem_used_mb() -> float:
 
 
 async def idle_memory_mb(host: DockerHost, labels: Mapping[str, str]) -> float:
-    box = await host.create_sandbox(episode(labels, 1).sandbox)
+    box = await host.create_sandbox(shape(host, labels))
     try:
         await asyncio.sleep(1.0)
         stats = await host.api().containers.container(box.id).stats(stream=False)
@@ -166,11 +183,11 @@ async def run(args: argparse.Namespace) -> None:
                 rows.append((f"start cold, latency {latency:g}s (ms med/p95)", ms(starts)))
                 rows.append((f"step overhead, latency {latency:g}s (ms med/p95)", ms(gaps)))
             warm = WarmPool(host, size=2, labels=labels)
-            shape = episode(labels, 1).sandbox
-            warm.start(shape)
+            ready = shape(host, labels)
+            warm.start(ready)
             starts = []
             for _ in range(args.tasks):
-                await warm.wait_ready(shape)
+                await warm.wait_ready(ready)
                 t = await one_task(host, labels, args.steps, 0.0, pool=warm)
                 starts.append(t.model.times[0] - t.started)
             await warm.close()

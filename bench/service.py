@@ -50,7 +50,7 @@ import httpx
 import websockets
 from redis.asyncio import Redis
 
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stream_latency import create_database, drop_database, free_port, wait_ready

@@ -226,7 +226,8 @@ async def write_steps(task_id: str, steps: int, interval: float) -> None:
     from app.agent.types import Action, Step
     from app.db.engine import create_engine, create_sessions
     from app.ids import utc_now
-    from app.services import attempts
+    from app.schemas import UsageOut
+    from app.services import attempts, lifecycle
     from app.states import FinishReason
     from app.worker.sink import TaskSink
 
@@ -266,7 +267,7 @@ async def write_steps(task_id: str, steps: int, interval: float) -> None:
             await sink.flush()
         finally:
             await sink.close()
-        end = attempts.TaskEnd(FinishReason.submitted, answer="done", usage=sink.usage)
+        end = lifecycle.TaskEnd(FinishReason.submitted, answer="done", usage=UsageOut(steps=steps))
         await attempts.finish_task(sessions, redis, task_id, started.attempt, end)
         sys.stdout.write(json.dumps({"write_ms": write_ms}))
     finally:

@@ -9,21 +9,24 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
 from redis.asyncio import Redis
 
 from app.config import Settings
-from app.llm.scripted import ScriptedLLMServer
+from app.db.engine import Sessions, create_engine, create_sessions
+from app.resources import Resources, open_resources
+from app.scripted import ScriptedLLMServer
 from tests.support.container_audit import SandboxAuditor
 from tests.support.database import create_database, drop_database, upgrade_to_head
+from tests.support.settings import REDIS_URL, plain_settings
 
 ADMIN_URL = os.environ.get(
     "SANDHIVE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("SANDHIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:latest")
 TABLES = "events, steps, artifacts, task_inputs, tasks, api_keys"
 
@@ -47,7 +50,7 @@ def database_url() -> Iterator[str]:
 
 
 @pytest.fixture
-async def clean_db(database_url: str) -> AsyncIterator[str]:
+async def clean_db(database_url: str) -> str:
     """The session database with every table emptied before the test."""
     conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
@@ -114,19 +117,43 @@ def scripted_llm() -> Iterator[ScriptedLLMServer]:
 
 
 @pytest.fixture
+def make_settings(clean_db: str, redis: Redis) -> Callable[..., Settings]:
+    """Settings on the test Postgres and Redis; pass what the test needs on top.
+
+    The base is `plain_settings` (tests/support/settings.py): an LLM profile nobody
+    calls, no API keys, no rate limit. Nothing here needs Docker or the scripted LLM.
+    """
+
+    def make(**overrides: Any) -> Settings:
+        return plain_settings(clean_db, **overrides)
+
+    return make
+
+
+@pytest.fixture
 def settings(
-    clean_db: str, redis: Redis, docker_image: str, scripted_llm: ScriptedLLMServer
+    make_settings: Callable[..., Settings], docker_image: str, scripted_llm: ScriptedLLMServer
 ) -> Settings:
-    """Settings wired to the real test services and the scripted LLM."""
-    return Settings(
-        _env_file=None,
-        database_url=clean_db,
-        redis_url=REDIS_URL,
+    """Settings wired to the real test services, the sandbox image and the scripted LLM."""
+    return make_settings(
         sandbox_image=docker_image,
         llm_base_url=scripted_llm.base_url,
         llm_model="unset",
         llm_retry_backoff_s=0.05,
         worker_concurrency=2,
-        auth="disabled",  # every call is tenant `default`; tests/security covers keys
-        rate_limit_per_s=0,
     )
+
+
+@pytest.fixture
+async def sessions(clean_db: str) -> AsyncIterator[Sessions]:
+    """Sessions on the clean test database, on an engine of their own (no Redis, no Settings)."""
+    engine = create_engine(clean_db)
+    yield create_sessions(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def res(make_settings: Callable[..., Settings]) -> AsyncIterator[Resources]:
+    """Engine, sessions and Redis opened the way every process opens them (app/resources.py)."""
+    async with open_resources(make_settings()) as res:
+        yield res

@@ -59,9 +59,17 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     return len(json.dumps(messages, ensure_ascii=False)) // 4
 
 
-async def run_agent(spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink) -> Outcome:
-    """Run one task to its end; never raises for model, sandbox or time failures."""
-    outcome = Outcome(finish_reason=FinishReason.max_steps)
+async def run_agent(
+    spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink, outcome: Outcome | None = None
+) -> Outcome:
+    """Run one task to its end; never raises for model, sandbox or time failures.
+
+    `outcome` (the caller's, or a new one) is filled as the loop goes: steps and usage
+    stay in it when the loop is cancelled, which is how a cancelled task keeps its usage.
+    """
+    if outcome is None:
+        outcome = Outcome(finish_reason=FinishReason.max_steps)
+    outcome.finish_reason = FinishReason.max_steps  # unless something else ends the run
     try:
         async with asyncio.timeout(spec.timeout_s):
             await _loop(spec, box, model, sink, outcome)

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import defaults
 from app.agent.bash import SHELLS, run_bash
 from app.agent.editor import EditHistory, run_editor
 from app.agent.types import OutputCallback, Sandbox, ToolCall, ToolSchema
@@ -45,8 +46,8 @@ class ToolResult:
 class ToolContext:
     box: Sandbox
     profile: str
-    workdir: str = "/testbed"
-    command_timeout_s: int = 120
+    workdir: str = defaults.WORKDIR
+    command_timeout_s: int = defaults.COMMAND_TIMEOUT_S
     on_output: OutputCallback | None = None
     edits: EditHistory = field(default_factory=EditHistory, compare=False)
     """Standard profile's undo stacks; lives as long as this context (one task)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from app import defaults
 from app.states import FinishReason
 
 Message = dict[str, Any]
@@ -161,14 +162,14 @@ class AgentSpec:
 
     system_prompt: str
     user_prompt: str
-    max_steps: int = 100
+    max_steps: int = defaults.MAX_STEPS
     timeout_s: float | None = None
-    command_timeout_s: int = 120
-    max_context_tokens: int = 65536
+    command_timeout_s: int = defaults.COMMAND_TIMEOUT_S
+    max_context_tokens: int = defaults.MAX_CONTEXT_TOKENS
     tools_profile: str = "standard"
     tools_shell: str = "fresh"
     """execute_bash: "fresh" shell per call, or one "persistent" shell per task (standard)."""
-    workdir: str = "/testbed"
+    workdir: str = defaults.WORKDIR
     answer_all_tool_calls: bool | None = None
     """Answer every tool-call id of a turn (only the first is run) so strict APIs accept the
     history; None: the profile's default (on for `standard`, off for `reference`)."""

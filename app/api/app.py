@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI
 
 from app import __version__
 from app.api import artifacts, errors, metrics, middleware, ops, page, stream, tasks
-from app.api.deps import open_resources
+from app.api.deps import open_api_resources
 from app.config import Settings
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -30,7 +30,7 @@ ROUTERS: tuple[APIRouter, ...] = (
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, object]]:
-        async with open_resources(settings) as res, stream.open_hub(res) as hub:
+        async with open_api_resources(settings) as res, stream.open_hub(res) as hub:
             yield {"res": res, "hub": hub, stream.STOPPING: asyncio.Event()}
 
     app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)

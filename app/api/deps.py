@@ -1,6 +1,6 @@
 """What routes may ask for: the lifespan's `Resources` and the caller's tenant.
 
-`open_resources` builds the long-lived clients once per process; dependencies
+The lifespan opens the process's `Resources` (`app.resources`) once; dependencies
 only read them from the connection's lifespan state.
 """
 
@@ -10,19 +10,17 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
 
 from app.bus import queue, ratelimit
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
 from app.errors import InvalidInput, TooManyRequests, Unauthorized
+from app.resources import Resources, open_resources
 from app.services import keys
 
 log = logging.getLogger(__name__)
@@ -32,25 +30,12 @@ ADMIN_TENANT = "admin"
 ADMIN_TENANT_HEADER = "x-sandhive-tenant"
 
 
-@dataclass(frozen=True)
-class Resources:
-    settings: Settings
-    engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
-    redis: Redis
-
-
 @asynccontextmanager
-async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
-    """Engine, sessions and Redis for the life of the process; closed on the way out."""
-    engine = create_engine(settings.database_url)
-    redis = Redis.from_url(settings.redis_url)
-    try:
-        await _ensure_queue(redis)
-        yield Resources(settings, engine, create_sessions(engine), redis)
-    finally:
-        await redis.aclose()
-        await engine.dispose()
+async def open_api_resources(settings: Settings) -> AsyncIterator[Resources]:
+    """The process's `Resources`, and the task queue's consumer group made sure of."""
+    async with open_resources(settings) as res:
+        await _ensure_queue(res.redis)
+        yield res
 
 
 async def _ensure_queue(redis: Redis) -> None:

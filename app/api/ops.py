@@ -9,8 +9,9 @@ from collections.abc import Awaitable
 from fastapi import APIRouter
 from sqlalchemy import text
 
-from app.api.deps import Res, Resources
+from app.api.deps import Res
 from app.errors import NotReady
+from app.resources import Resources
 from app.schemas import ErrorOut
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallab
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from app import defaults
 from app.api.stream import STOPPING
 from app.config import Settings
 
@@ -69,7 +70,7 @@ GRACEFUL_SHUTDOWN_S = 10
 class HeadDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools HTTP/1.1 protocol that closes connections whose request head is late."""
 
-    head_timeout_s: ClassVar[float] = 10.0
+    head_timeout_s: ClassVar[float] = defaults.API_HEADER_TIMEOUT_S
     """Set per server by `with_head_deadline`; uvicorn builds protocols from the class alone."""
 
     _head_timer: asyncio.TimerHandle | None = None

@@ -26,9 +26,10 @@ from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
 from app.api import streamcap
-from app.api.deps import Res, Resources, Tenant, current_tenant
+from app.api.deps import Res, Tenant, current_tenant
 from app.bus.fanout import LiveHub, SlowConsumer
 from app.errors import AppError, NotFound
+from app.resources import Resources
 from app.services import events
 from app.states import is_terminal
 

@@ -23,11 +23,11 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.api.deps import Resources
 from app.bus import streamslots
 from app.config import Settings
 from app.errors import TooManyRequests
 from app.periodic import Periodic
+from app.resources import Resources
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,10 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.routing import Match
 from starlette.types import Scope
 
-from app.api.deps import Res, Resources, Tenant
+from app.api.deps import Res, Tenant
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
+from app.resources import Resources
 from app.schemas import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
 from app.services import cancel, tasks
 from app.states import TaskStatus

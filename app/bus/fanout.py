@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import defaults
 from app.bus import live
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,13 @@ class _Feed:
 class LiveHub:
     """The process's readers of per-task live streams; one per task while anyone watches."""
 
-    def __init__(self, redis: Redis, *, buffer: int = 1000, tick_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        buffer: int = defaults.STREAM_CLIENT_BUFFER,
+        tick_s: float = defaults.STREAM_KEEPALIVE_S,
+    ) -> None:
         self._redis = redis
         self._buffer = buffer
         self._tick_s = tick_s

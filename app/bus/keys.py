@@ -31,6 +31,11 @@ def worker_heartbeat(name: str) -> str:
     return f"{PREFIX}:worker:{name}"
 
 
+def drain_flag(worker: str) -> str:
+    """Set by `sandhive admin drain`; the worker stops claiming once it sees it."""
+    return f"{PREFIX}:drain:{worker}"
+
+
 def rate_bucket(tenant: str) -> str:
     """The tenant's request-rate token bucket (app/bus/ratelimit.py)."""
     return f"{PREFIX}:ratelimit:{tenant}"

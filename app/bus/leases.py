@@ -5,7 +5,7 @@ worker takes the task and renewed (with its queue message's idle time) while
 the task runs; when the worker dies the key expires and its message becomes
 reclaimable. Postgres fencing (`services.attempts`) is what makes a stale
 holder harmless; the lease is what keeps two live workers from both starting.
-Imported by the worker only.
+Imported by the worker, and by `services.admin` (heartbeats read, a lease dropped).
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ async def release(
         args=[holder, keys.WORKER_GROUP, message_id, task_id if requeue else ""],
     )
     return bool(done)
+
+
+async def drop(redis: Redis, task_id: str) -> None:
+    """Take the task's lease from whoever holds it (an operator's requeue)."""
+    await redis.delete(keys.task_lease(task_id))
 
 
 async def held(redis: Redis, task_ids: Collection[str]) -> set[str]:

@@ -53,7 +53,7 @@ class Task(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     prompt: Mapped[str] = mapped_column(Text)
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    """The resolved `schemas.TaskSpec`: llm, limits, sandbox, tools, prompt_config."""
+    """The resolved `specs.TaskSpec`, as `specs.stored` writes it."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     lost_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

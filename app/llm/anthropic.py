@@ -12,8 +12,8 @@ thinking arrive as deltas.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import httpx
 
@@ -21,14 +21,7 @@ from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
 from app.llm.anthropic_stream import MessageAssembler, StreamError
 from app.llm.anthropic_wire import parse_message, request_parts
 from app.llm.sse import sse_data
-from app.llm.transport import (
-    Endpoint,
-    Failure,
-    request_timeout,
-    smaller_max_tokens,
-    transport_failure,
-    with_retries,
-)
+from app.llm.transport import Failure, HTTPChatModel, ModelOptions, transport_failure
 
 API_VERSION = "2023-06-01"
 RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "incomplete"}
@@ -37,37 +30,15 @@ PROTECTED_KEYS = frozenset({"model", "messages", "system", "tools", "max_tokens"
 MALFORMED = (AttributeError, KeyError, IndexError, TypeError, ValueError)
 
 
-class AnthropicChatModel:
+class AnthropicChatModel(HTTPChatModel):
     """Calls `{base_url}/messages` (base_url like `https://api.anthropic.com/v1`)."""
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        temperature: float | None,
-        max_tokens: int,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout_s: float = 1200.0,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.url = base_url.rstrip("/") + "/messages"
-        self.model = model
-        self._endpoint = Endpoint(self.url, api_key)
-        self._headers = {"anthropic-version": API_VERSION}
+    def __init__(self, *, base_url: str, api_key: str, **options: Unpack[ModelOptions]) -> None:
+        headers = {"anthropic-version": API_VERSION}
         if api_key:
-            self._headers["x-api-key"] = api_key
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._extra_body = dict(extra_body or {})
-        self._timeout = request_timeout(timeout_s)
-        self._max_retries = max_retries
-        self._backoff_s = backoff_s
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+            headers["x-api-key"] = api_key
+        url = base_url.rstrip("/") + "/messages"
+        super().__init__(url=url, api_key=api_key, headers=headers, **options)
 
     async def complete(
         self,
@@ -79,19 +50,11 @@ class AnthropicChatModel:
         body = self.build_body(messages, tools)
         if on_delta is not None:
             body["stream"] = True
-        completion, _ = await with_retries(
+        completion, _ = await self._with_retries(
             lambda: self._attempt(body, on_delta),
-            endpoint=self._endpoint,
-            max_retries=self._max_retries,
-            backoff_s=self._backoff_s,
-            recover=lambda failure: self._shrink_max_tokens(body, failure),
+            lambda failure: self._shrink_max_tokens(body, failure),
         )
         return completion
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, but only one this model created itself."""
-        if self._owns_client:
-            await self._client.aclose()
 
     def build_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema]
@@ -111,13 +74,6 @@ class AnthropicChatModel:
             body["temperature"] = self._temperature
         body.update({k: v for k, v in self._extra_body.items() if k not in PROTECTED_KEYS})
         return body
-
-    def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
-        """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
-        smaller = smaller_max_tokens(body, failure)
-        if smaller is not None:
-            self._max_tokens = smaller
-        return smaller is not None
 
     async def _attempt(
         self, body: dict[str, Any], on_delta: DeltaCallback | None

@@ -12,22 +12,15 @@ temperature again for the life of the process.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import httpx
 
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
 from app.llm import sse
 from app.llm.tool_calls import parse_tool_calls
-from app.llm.transport import (
-    Endpoint,
-    Failure,
-    request_timeout,
-    smaller_max_tokens,
-    transport_failure,
-    with_retries,
-)
+from app.llm.transport import Failure, HTTPChatModel, ModelOptions, transport_failure
 
 # Re-exported: callers and tests have always found these here.
 from app.llm.transport import parse_retry_after as parse_retry_after
@@ -50,36 +43,15 @@ REFUSES_TEMPERATURE_MAX = 1024
 """Past this many pairs the memory is cleared (a refusal is then simply learnt again)."""
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HTTPChatModel):
     """Calls `{base_url}/chat/completions` with native tool calling."""
 
     def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        temperature: float | None,
-        max_tokens: int | None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout_s: float = 1200.0,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        client: httpx.AsyncClient | None = None,
-        stream: bool = True,
+        self, *, base_url: str, api_key: str, stream: bool = True, **options: Unpack[ModelOptions]
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self._endpoint = Endpoint(self.url, api_key)
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._extra_body = dict(extra_body or {})
-        self._timeout = request_timeout(timeout_s)
-        self._max_retries = max_retries
-        self._backoff_s = backoff_s
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        url = base_url.rstrip("/") + "/chat/completions"
+        super().__init__(url=url, api_key=api_key, headers=headers, **options)
         self._stream = stream
         """Stream when a caller wants deltas; turned off for good if the server refuses."""
         self._stream_usage = True
@@ -97,11 +69,6 @@ class OpenAIChatModel:
         """
         body = self.build_body(messages, tools)
         return await self._post(body, on_delta if self._stream else None)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, but only one this model created itself."""
-        if self._owns_client:
-            await self._client.aclose()
 
     def build_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema]
@@ -127,12 +94,8 @@ class OpenAIChatModel:
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None
     ) -> Completion:
         """POST with retries; the first 2xx answer, parsed."""
-        response, attempt = await with_retries(
-            lambda: self._attempt(body, on_delta),
-            endpoint=self._endpoint,
-            max_retries=self._max_retries,
-            backoff_s=self._backoff_s,
-            recover=lambda failure: self._recover(body, failure),
+        response, attempt = await self._with_retries(
+            lambda: self._attempt(body, on_delta), lambda failure: self._recover(body, failure)
         )
         return self._parse(response, attempt)
 
@@ -152,13 +115,6 @@ class OpenAIChatModel:
             REFUSES_TEMPERATURE.clear()
         REFUSES_TEMPERATURE.add((self.url, self.model))
         return True
-
-    def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
-        """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
-        smaller = smaller_max_tokens(body, failure)
-        if smaller is not None:
-            self._max_tokens = smaller
-        return smaller is not None
 
     async def _attempt(
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None

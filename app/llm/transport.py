@@ -1,7 +1,9 @@
 """HTTP retry machinery shared by the model clients: failures, backoff, Retry-After, errors.
 
 Imported by `app.llm.openai` and `app.llm.anthropic`; the wire formats stay in
-their own modules. An attempt yields a result or a `Failure`; `with_retries`
+their own modules, and `HTTPChatModel` holds what the two clients share (their
+settings, the HTTP client's lifetime, the kept-down `max_tokens`). An attempt
+yields a result or a `Failure`; `with_retries`
 repeats it with backoff (or the server's Retry-After), lets the context-length
 recovery lower `max_tokens` without counting it as a retry, and turns the last
 failure into `LLMError`. Error texts never carry the API key or URL secrets.
@@ -14,12 +16,13 @@ import email.utils
 import http.cookiejar
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Required, TypedDict, TypeVar, Unpack
 
 import httpx
 
+from app import defaults
 from app.errors import LLMError
 from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
 
@@ -41,6 +44,71 @@ def shared_http_client() -> httpx.AsyncClient:
     no_cookies = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     return httpx.AsyncClient(cookies=no_cookies, limits=limits)
+
+
+class ModelOptions(TypedDict, total=False):
+    """How one task calls its model, the same for both wire formats."""
+
+    model: Required[str]
+    temperature: float | None
+    """None: not sent (the server's own default)."""
+    max_tokens: int | None
+    extra_body: Mapping[str, Any] | None
+    timeout_s: float
+    max_retries: int
+    backoff_s: float
+    client: httpx.AsyncClient | None
+    """A shared HTTP client the model uses but does not close; None: its own."""
+
+
+class HTTPChatModel:
+    """What both chat clients share: the endpoint, limits and retries, and the HTTP client.
+
+    Subclasses pass the URL they post to and the headers their API wants.
+    """
+
+    def __init__(
+        self, *, url: str, api_key: str, headers: dict[str, str], **options: Unpack[ModelOptions]
+    ) -> None:
+        self.url = url
+        self.model = options["model"]
+        self._endpoint = Endpoint(url, api_key)
+        self._headers = headers
+        self._temperature = options.get("temperature")
+        self._max_tokens = options.get("max_tokens")
+        self._extra_body = dict(options.get("extra_body") or {})
+        self._timeout = request_timeout(options.get("timeout_s", defaults.LLM_TIMEOUT_S))
+        self._max_retries = options.get("max_retries", defaults.LLM_MAX_RETRIES)
+        self._backoff_s = options.get("backoff_s", defaults.LLM_RETRY_BACKOFF_S)
+        client = options.get("client")
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, but only one this model created itself."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def _with_retries(
+        self,
+        attempt: Callable[[], Awaitable[T | Failure]],
+        recover: Callable[[Failure], bool],
+    ) -> tuple[T, int]:
+        """`with_retries` with this model's endpoint, retries and backoff."""
+        return await with_retries(
+            attempt,
+            endpoint=self._endpoint,
+            max_retries=self._max_retries,
+            backoff_s=self._backoff_s,
+            recover=recover,
+        )
+
+    def _shrink_max_tokens(self, body: dict[str, Any], failure: Failure) -> bool:
+        """Lower max_tokens after a context-length error; kept for later turns (input grows)."""
+        smaller = smaller_max_tokens(body, failure)
+        if smaller is not None:
+            self._max_tokens = smaller
+        return smaller is not None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from app import defaults
+
 MANAGED_LABEL = "sandhive.managed"
 """Every container Sandhive starts carries this label (invariant 4: it can always be found)."""
 
@@ -94,8 +96,8 @@ class SandboxCaps:
     max_cpus: float
     max_memory_mb: int
     max_disk_mb: int
-    pids_limit: int = 512
-    scratch_mb: int = 256
+    pids_limit: int = defaults.PIDS_LIMIT
+    scratch_mb: int = defaults.SCRATCH_MB
     read_only_rootfs: bool = True
     egress: EgressPolicy | None = None
     """None: `egress` is refused."""
@@ -109,17 +111,17 @@ class SandboxConfig:
 
     image: str
     labels: Mapping[str, str]
-    cpus: float = 1.0
-    memory_mb: int = 1024
-    disk_mb: int = 1024
+    cpus: float = defaults.CPUS
+    memory_mb: int = defaults.MEMORY_MB
+    disk_mb: int = defaults.DISK_MB
     """Size of the workdir (a tmpfs volume); added to the memory limit, since it is RAM."""
-    scratch_mb: int = 256
-    pids_limit: int = 512
+    scratch_mb: int = defaults.SCRATCH_MB
+    pids_limit: int = defaults.PIDS_LIMIT
     network: str = "none"
     egress: EgressPolicy | None = None
     read_only_rootfs: bool = True
     ca_bundle: str | None = None
-    workdir: str = "/testbed"
+    workdir: str = defaults.WORKDIR
     env: Mapping[str, str] = field(default_factory=dict)
     output_cap_bytes: int = 16 * 2**20
     """Per stream and per exec: beyond it only the head and tail halves are kept in memory."""
@@ -151,7 +153,7 @@ def sandbox_config(
     memory_mb: int,
     disk_mb: int,
     network: str,
-    workdir: str = "/testbed",
+    workdir: str = defaults.WORKDIR,
 ) -> SandboxConfig:
     """A task's sandbox request checked against the server's caps; ValueError when it exceeds them.
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from app import defaults
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.policy import SandboxConfig
@@ -57,7 +58,7 @@ class WarmPool:
         *,
         size: int,
         labels: Mapping[str, str],
-        max_age_s: float = 600.0,
+        max_age_s: float = defaults.WARM_POOL_MAX_AGE_S,
         max_shapes: int = 4,
     ) -> None:
         self._host = host

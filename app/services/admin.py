@@ -16,21 +16,15 @@ from datetime import timedelta
 from redis.asyncio import Redis
 from sqlalchemy import delete, func, select
 
-from app.bus import cancel, keys, queue
+from app.bus import cancel, keys, leases, queue
 from app.db import models
 from app.db.engine import Sessions
-from app.errors import Conflict, NotFound
 from app.ids import utc_now
-from app.services.attempts import TaskEnd, finish_row, publish_quietly
-from app.states import FinishReason, TaskStatus, is_terminal
+from app.services.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
+from app.states import FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)
 DRAIN_TTL_S = 7 * 24 * 3600
-
-
-def drain_flag(worker: str) -> str:
-    """Set by `sandhive admin drain`; the worker stops claiming once it sees it."""
-    return f"{keys.PREFIX}:drain:{worker}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +93,7 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
         if not name or value is None:
             continue
         info = json.loads(value)
-        draining = bool(await redis.exists(drain_flag(name)))
+        draining = bool(await redis.exists(keys.drain_flag(name)))
         found.append(
             WorkerInfo(
                 name=name,
@@ -115,11 +109,11 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
 
 async def drain(redis: Redis, worker: str) -> None:
     """Ask `worker` to stop claiming tasks and exit once its running ones are done."""
-    await redis.set(drain_flag(worker), "1", ex=DRAIN_TTL_S)
+    await redis.set(keys.drain_flag(worker), "1", ex=DRAIN_TTL_S)
 
 
 async def draining(redis: Redis, worker: str) -> bool:
-    return bool(await redis.exists(drain_flag(worker)))
+    return bool(await redis.exists(keys.drain_flag(worker)))
 
 
 async def requeue(sessions: Sessions, redis: Redis, task_id: str) -> str:
@@ -128,30 +122,20 @@ async def requeue(sessions: Sessions, redis: Redis, task_id: str) -> str:
     A running task's lease is dropped, so its worker stops it (lease lost) and
     the next worker runs it as a new attempt (counted as a lost one).
     """
-    async with sessions() as session:
-        status = await session.scalar(select(models.Task.status).where(models.Task.id == task_id))
-    if status is None:
-        raise NotFound(f"no task {task_id}")
-    if is_terminal(TaskStatus(status)):
-        raise Conflict(f"task {task_id} already finished ({status})")
+    async with sessions.begin() as session:
+        status = (await lock_unfinished(session, task_id)).status
     if status == TaskStatus.running:
-        await redis.delete(keys.task_lease(task_id))
+        await leases.drop(redis, task_id)
     await queue.enqueue(redis, task_id)
     return str(status)
 
 
 async def fail(sessions: Sessions, redis: Redis, task_id: str, reason: str) -> None:
     """End an unfinished task as failed now; its worker's later writes are fenced off."""
+    error = f"failed by an operator: {reason}" if reason else "failed by an operator"
     async with sessions.begin() as session:
-        task = await session.scalar(
-            select(models.Task).where(models.Task.id == task_id).with_for_update()
-        )
-        if task is None:
-            raise NotFound(f"no task {task_id}")
-        if is_terminal(TaskStatus(task.status)):
-            raise Conflict(f"task {task_id} already finished ({task.status})")
+        task = await lock_unfinished(session, task_id)
         was_running = task.status == TaskStatus.running
-        error = f"failed by an operator: {reason}" if reason else "failed by an operator"
         events = await finish_row(session, task, TaskEnd(FinishReason.sandbox_error, error=error))
     await publish_quietly(redis, events)
     if was_running:

@@ -17,7 +17,8 @@ from app.db.engine import Sessions
 from app.db.models import Artifact
 from app.errors import NotFound
 from app.schemas import ArtifactList, ArtifactOut
-from app.services.tasks import find_task, skipped_of
+from app.services.tasks import skipped_of
+from app.services.visibility import find_task
 
 
 async def list_artifacts(sessions: Sessions, tenant: str, task_id: str) -> ArtifactList:

@@ -10,7 +10,6 @@ worker (paused, partitioned, reclaimed) cannot overwrite a newer attempt.
 from __future__ import annotations
 
 import hashlib
-import logging
 import mimetypes
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,11 +24,12 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
-from app.schemas import EventOut, StepOut, TaskSpec, UsageOut, storable
-from app.services.events import TASK_FINISHED, publish, record_event, record_events
-from app.states import FinishReason, TaskStatus, is_terminal, status_for, timeout_error
+from app.schemas import EventOut, StepOut, storable
+from app.services.events import record_event, record_events
+from app.services.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
+from app.specs import TaskSpec, read_spec
+from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
 
-log = logging.getLogger(__name__)
 UNFINISHED = (TaskStatus.queued, TaskStatus.running)
 
 
@@ -55,16 +54,6 @@ class StartedAttempt:
         return max((now - self.first_started_at).total_seconds(), 0.0)
 
 
-@dataclass(frozen=True)
-class TaskEnd:
-    """How an attempt ended, as stored on the task."""
-
-    reason: FinishReason
-    answer: str | None = None
-    usage: UsageOut | None = None
-    error: str | None = None
-
-
 async def start_attempt(
     sessions: Sessions, redis: Redis, task_id: str, worker: str, *, max_attempts: int
 ) -> StartedAttempt | None:
@@ -77,7 +66,7 @@ async def start_attempt(
     """
     started: StartedAttempt | None = None
     async with sessions.begin() as session:
-        task = await _locked(session, task_id)
+        task = await lock_row(session, task_id)
         if task is None or is_terminal(TaskStatus(task.status)):
             return None
         lost = task.status == TaskStatus.running
@@ -99,7 +88,7 @@ def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None
     if task.lost_attempts >= max_attempts:
         error = f"the worker running it was lost {task.lost_attempts} times (max {max_attempts})"
         return TaskEnd(FinishReason.worker_lost, error=error)
-    timeout_s = TaskSpec.model_validate(task.spec).limits.timeout_s
+    timeout_s = read_spec(task.spec).limits.timeout_s
     if task.started_at is not None and utc_now() >= task.started_at + timedelta(seconds=timeout_s):
         return TaskEnd(FinishReason.timeout, error=timeout_error(timeout_s))
     return None
@@ -123,7 +112,7 @@ async def _start(
         tenant=task.tenant_id,
         attempt=task.attempt,
         prompt=task.prompt,
-        spec=TaskSpec.model_validate(task.spec),
+        spec=read_spec(task.spec),
         inputs=[(blob.path, blob.content) for blob in blobs],
         first_started_at=task.started_at,
     )
@@ -210,34 +199,6 @@ async def hand_back(sessions: Sessions, redis: Redis, task_id: str, attempt: int
     await publish_quietly(redis, [event])
 
 
-async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd) -> list[EventOut]:
-    """Give a locked task row its terminal state and its last durable event."""
-    status = status_for(outcome.reason)
-    usage = outcome.usage.model_dump() if outcome.usage is not None else task.usage
-    task.status = status
-    task.finish_reason = outcome.reason
-    task.answer = storable(outcome.answer)
-    task.usage = usage
-    task.error = storable(outcome.error)
-    task.finished_at = utc_now()
-    data = {
-        "status": status,
-        "finish_reason": outcome.reason,
-        "answer": task.answer,
-        "usage": usage,
-        "error": task.error,
-    }
-    return [await record_event(session, task.id, TASK_FINISHED, data)]
-
-
-async def publish_quietly(redis: Redis, events: Sequence[EventOut]) -> None:
-    """Tell live followers; a Redis outage only delays them (they catch up from Postgres)."""
-    try:
-        await publish(redis, *events)
-    except (RedisError, OSError) as exc:
-        log.warning("could not publish events of %s: %r", events[0].task_id, exc)
-
-
 # Reads for the worker's housekeeping (reconciliation, reaping, cancel backstop)
 
 
@@ -276,15 +237,9 @@ async def cancel_requested(sessions: Sessions, task_ids: Collection[str]) -> set
         return set(await session.scalars(query))
 
 
-async def _locked(session: AsyncSession, task_id: str) -> models.Task | None:
-    return await session.scalar(
-        select(models.Task).where(models.Task.id == task_id).with_for_update()
-    )
-
-
 async def _fenced(session: AsyncSession, task_id: str, attempt: int) -> models.Task:
     """The locked task row, or StaleAttempt unless `attempt` is its running attempt."""
-    task = await _locked(session, task_id)
+    task = await lock_row(session, task_id)
     if task is None or task.attempt != attempt or task.status != TaskStatus.running:
         raise StaleAttempt(f"attempt {attempt} of {task_id} no longer owns the task")
     return task

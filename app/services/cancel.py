@@ -11,17 +11,14 @@ import logging
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.bus import cancel
-from app.db import models
-from app.errors import Conflict, NotFound
 from app.ids import utc_now
 from app.schemas import EventOut, TaskOut
-from app.services.attempts import TaskEnd, finish_row, publish_quietly
+from app.services.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
 from app.services.tasks import task_out
-from app.states import FinishReason, TaskStatus, is_terminal
+from app.states import FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +29,7 @@ async def cancel_task(
     """Cancel the tenant's task: Conflict if it already finished, NotFound if it is not theirs."""
     events: list[EventOut] = []
     async with sessions.begin() as session:
-        task = await session.scalar(
-            select(models.Task)
-            .where(models.Task.id == task_id, models.Task.tenant_id == tenant)
-            .with_for_update()
-        )
-        if task is None:
-            raise NotFound(f"no task {task_id}")
-        if is_terminal(TaskStatus(task.status)):
-            raise Conflict(f"task {task_id} already finished ({task.status})")
+        task = await lock_unfinished(session, task_id, tenant=tenant)
         if task.status == TaskStatus.queued:
             # Never started: no sandbox to stop; the worker that takes its message skips it.
             outcome = TaskEnd(FinishReason.cancelled, error="cancelled before it started")

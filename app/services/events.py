@@ -29,6 +29,7 @@ from app.db.models import EVENTS, TASKS, Event, Task
 from app.errors import NotFound
 from app.ids import utc_now
 from app.schemas import EventOut
+from app.services.visibility import found, visible
 from app.states import TaskStatus, is_terminal
 
 TASK_FINISHED = "task.finished"
@@ -228,17 +229,10 @@ async def _durable_after(
 
 async def visible_task(sessions: Sessions, tenant: str, task_id: str) -> tuple[TaskStatus, int]:
     """The task's status and last seq; NotFound unless it exists and is the tenant's (inv. 6)."""
+    query = select(Task.status, Task.last_seq).where(visible(task_id, tenant))
     async with sessions() as session:
-        found = (
-            await session.execute(
-                select(Task.status, Task.last_seq).where(
-                    Task.id == task_id, Task.tenant_id == tenant
-                )
-            )
-        ).first()
-    if found is None:
-        raise NotFound(f"no task {task_id}")
-    return TaskStatus(found[0]), int(found[1])
+        row = found((await session.execute(query)).first(), task_id)
+    return TaskStatus(row[0]), int(row[1])
 
 
 async def check_visible(sessions: Sessions, tenant: str, task_id: str) -> None:

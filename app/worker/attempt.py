@@ -8,50 +8,24 @@ escaping into the pool's TaskGroup would cancel sibling attempts.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
-
-import httpx
-from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from dataclasses import asdict
 
 from app import logs
-from app.config import Settings
-from app.episode import (
-    Episode,
-    EpisodeResult,
-    build_episode,
-    chat_model_for,
-    collect_caps,
-    run_episode,
-)
+from app.agent.types import Outcome
+from app.episode import EpisodeResult
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
 from app.ids import utc_now
-from app.prompt_configs import stored_prompt
 from app.sandbox import reaper
-from app.sandbox.docker import DockerHost
-from app.sandbox.pool import WarmPool
 from app.schemas import UsageOut
 from app.services import attempts
-from app.services.attempts import StaleAttempt, StartedAttempt, TaskEnd
+from app.services.attempts import StaleAttempt, StartedAttempt
+from app.services.lifecycle import TaskEnd
 from app.states import FinishReason
+from app.worker.context import WorkerContext
 from app.worker.running import End, Running, StopReason
 from app.worker.sink import TaskSink
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerContext:
-    settings: Settings
-    sessions: async_sessionmaker[AsyncSession]
-    redis: Redis
-    docker: DockerHost
-    name: str
-    instance: str
-    pool: WarmPool | None = None
-    """This worker's warm sandboxes (`warm_pool_size` > 0)."""
-    http: httpx.AsyncClient | None = None
-    """One HTTP client for every task's model calls (`transport.shared_http_client`)."""
 
 
 async def run_attempt(ctx: WorkerContext, running: Running) -> End:
@@ -86,16 +60,15 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
     """Raises StaleAttempt when a newer attempt owns the task; nothing else."""
     await _remove_earlier_sandboxes(ctx, started)
     sink = TaskSink(ctx.sessions, ctx.redis, started.task_id, started.attempt)
+    outcome = Outcome(FinishReason.max_steps)  # the one record of steps and usage
     try:
-        result = await _run(ctx, started, sink, running)
+        result = await _run(ctx, started, sink, running, outcome)
     except StaleAttempt:
         raise
     except Exception as exc:  # the attempt must end in a terminal state whatever happened
         log.exception("attempt %s/%s crashed", started.task_id, started.attempt)
-        outcome = TaskEnd(_reason_for(exc), usage=sink.usage, error=_describe(exc))
-        await attempts.finish_task(
-            ctx.sessions, ctx.redis, started.task_id, started.attempt, outcome
-        )
+        end = TaskEnd(_reason_for(exc), usage=_usage(outcome), error=_describe(exc))
+        await attempts.finish_task(ctx.sessions, ctx.redis, started.task_id, started.attempt, end)
         return End.done
     if running.reason is StopReason.lease_lost:
         log.warning("attempt %d of %s lost its lease; stopped", started.attempt, started.task_id)
@@ -104,41 +77,40 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
         await attempts.hand_back(ctx.sessions, ctx.redis, started.task_id, started.attempt)
         return End.hand_back
     try:
-        await _store(ctx, started, result, sink.usage)
+        await _store(ctx, started, result)
     except StaleAttempt:
         raise
     except Exception as exc:  # e.g. an output Postgres refuses: finish without the outputs
         log.exception("outputs of %s/%s could not be stored", started.task_id, started.attempt)
         error = f"the task's outputs could not be stored: {_describe(exc)}"
-        outcome = TaskEnd(FinishReason.sandbox_error, usage=sink.usage, error=error)
-        await attempts.finish_task(
-            ctx.sessions, ctx.redis, started.task_id, started.attempt, outcome
-        )
+        end = TaskEnd(FinishReason.sandbox_error, usage=_usage(outcome), error=error)
+        await attempts.finish_task(ctx.sessions, ctx.redis, started.task_id, started.attempt, end)
     return End.done
 
 
 async def _run(
-    ctx: WorkerContext, started: StartedAttempt, sink: TaskSink, running: Running
+    ctx: WorkerContext,
+    started: StartedAttempt,
+    sink: TaskSink,
+    running: Running,
+    outcome: Outcome,
 ) -> EpisodeResult:
-    model = chat_model_for(ctx.settings, started.spec.llm, ctx.http)
+    labels = reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name)
     try:
-        result = await run_episode(
-            ctx.docker,
-            model,
-            episode_for(ctx, started),
+        result = await ctx.runner.run(
+            started.spec,
+            started.prompt,
             sink,
-            collect_caps(ctx.settings),
+            labels=labels,
+            inputs=started.inputs,
             stop=running.stop,
-            pool=ctx.pool,
             used_s=started.seconds_used(utc_now()),  # timeout_s counts from the first attempt
+            outcome=outcome,
         )
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
         return result
     finally:
-        try:
-            await sink.close()
-        finally:
-            await model.aclose()
+        await sink.close()
 
 
 async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt) -> None:
@@ -153,27 +125,8 @@ async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt)
         log.warning("could not remove earlier sandboxes of %s: %s", started.task_id, exc)
 
 
-def episode_for(ctx: WorkerContext, started: StartedAttempt) -> Episode:
-    spec = started.spec
-    prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=ctx.settings.sandbox_workdir)
-    return build_episode(
-        ctx.settings,
-        prompt,
-        started.prompt,
-        limits=spec.limits,
-        tools=spec.tools,
-        sandbox=spec.sandbox,
-        labels=reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name),
-        inputs=started.inputs,
-    )
-
-
-async def _store(
-    ctx: WorkerContext, started: StartedAttempt, result: EpisodeResult, recorded: UsageOut
-) -> None:
+async def _store(ctx: WorkerContext, started: StartedAttempt, result: EpisodeResult) -> None:
     outcome = result.outcome
-    # A stopped loop returns no usage of its own: count the steps the sink recorded.
-    usage = recorded if _was_stopped(result) else UsageOut(**asdict(outcome.usage))
     files = [(item.path, item.content) for item in result.files]
     await attempts.finish_task(
         ctx.sessions,
@@ -183,12 +136,16 @@ async def _store(
         TaskEnd(
             outcome.finish_reason,
             answer=result.answer(ctx.settings.answer_max_bytes),
-            usage=usage,
+            usage=_usage(outcome),
             error=outcome.error,
         ),
         files,
         skipped=result.skipped,
     )
+
+
+def _usage(outcome: Outcome) -> UsageOut:
+    return UsageOut(**asdict(outcome.usage))
 
 
 def _was_stopped(result: EpisodeResult) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 
 from sqlalchemy import text
 
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 
 CHECK_TIMEOUT_S = 5.0
 BACKENDS = ("postgres", "redis", "docker")

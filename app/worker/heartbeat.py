@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from app.bus import cancel, leases
 from app.services import attempts
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 from app.worker.running import Running, StopReason
 
 

@@ -18,20 +18,19 @@ import socket
 import time
 from contextlib import suppress
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app import logs, metrics
 from app.bus import leases, queue
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from app.llm.transport import shared_http_client
+from app.episode import open_runner
 from app.periodic import Periodic, quietly
-from app.sandbox.docker import DockerHost
-from app.sandbox.pool import WarmPool, pool_labels
+from app.resources import open_resources
+from app.sandbox.pool import pool_labels
 from app.services import admin
 from app.worker import heartbeat, reaping, taking
-from app.worker.attempt import WorkerContext, run_attempt
+from app.worker.attempt import run_attempt
+from app.worker.context import WorkerContext
 from app.worker.health import Readiness
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
@@ -71,46 +70,17 @@ class Worker:
 
     async def run(self, *, burst: bool = False) -> None:
         """Claim and run tasks until stopped (or, in burst mode, until the queue is empty)."""
-        engine = create_engine(self.settings.database_url)
-        redis = Redis.from_url(self.settings.redis_url)
-        try:
-            async with (
-                DockerHost(exec_channel=self.settings.sandbox_exec_channel) as docker,
-                shared_http_client() as http,
-            ):
-                await docker.ping()
-                warm = self._warm_pool(docker)
-                ctx = WorkerContext(
-                    self.settings,
-                    create_sessions(engine),
-                    redis,
-                    docker,
-                    self.name,
-                    self.settings.instance_name(),
-                    pool=warm,
-                    http=http,
-                )
-                try:
+        s = self.settings
+        warm_labels = pool_labels(s.instance_name(), self.name)
+        async with open_resources(s) as res:
+            try:
+                async with open_runner(s, warm_labels=warm_labels) as runner:
+                    await runner.docker.ping()
+                    ctx = WorkerContext.of(res, runner, self.name, s.instance_name())
                     await self._serve(ctx, burst=burst)
-                finally:
-                    if warm is not None:
-                        await warm.close()
-        finally:
-            with suppress(RedisError, OSError):
-                await leases.forget(redis, self.name)
-            await redis.aclose()
-            await engine.dispose()
-
-    def _warm_pool(self, docker: DockerHost) -> WarmPool | None:
-        """Ready sandboxes for this worker's tasks, or None when `warm_pool_size` is 0."""
-        if self.settings.warm_pool_size == 0:
-            return None
-        return WarmPool(
-            docker,
-            size=self.settings.warm_pool_size,
-            labels=pool_labels(self.settings.instance_name(), self.name),
-            max_age_s=self.settings.warm_pool_max_age_s,
-        )
+            finally:
+                with suppress(RedisError, OSError):
+                    await leases.forget(res.redis, self.name)
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

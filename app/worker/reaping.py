@@ -20,7 +20,7 @@ from app.sandbox import reaper
 from app.sandbox.reaper import Labelled
 from app.services import attempts
 from app.states import TaskStatus, is_terminal
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
 CONFIRM_FACTOR = 1.5

@@ -18,7 +18,7 @@ from app.bus import leases, queue
 from app.ids import utc_now
 from app.services import attempts
 from app.states import TaskStatus
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
 SETTLE_S = 5.0

@@ -8,8 +8,7 @@ Postgres down) is raised by the sink's next call, or by `flush`, which the worke
 awaits (bounded) before it finishes the attempt. The price: an attempt that has
 gone stale learns it one step later than it would have (one more model call and
 command in its own sandbox, all of whose writes are refused). Every write is fenced by the attempt
-(`services.attempts`); the usage of the steps recorded so far is kept here, for
-an attempt that is stopped mid-way.
+(`services.attempts`). Usage is the loop's to count (`Outcome.usage`), not the sink's.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import metrics
 from app.agent.types import Step
-from app.schemas import ActionOut, EventOut, StepOut, UsageOut
+from app.schemas import ActionOut, EventOut, StepOut
 from app.services import attempts, events
 
 MAX_BEHIND = 64
@@ -45,7 +44,6 @@ class TaskSink:
     ) -> None:
         self.sessions, self.redis = sessions, redis
         self.task_id, self.attempt = task_id, attempt
-        self.usage = UsageOut()
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._failed: Exception | None = None
@@ -63,11 +61,6 @@ class TaskSink:
             lambda: attempts.save_step(self.sessions, self.redis, self.task_id, out, next_index)
         )
         metrics.observe_step(step.llm_ms, step.tool_ms, step.prompt_tokens, step.completion_tokens)
-        self.usage.steps += 1
-        self.usage.prompt_tokens += step.prompt_tokens
-        self.usage.completion_tokens += step.completion_tokens
-        self.usage.llm_seconds += step.llm_ms / 1000
-        self.usage.sandbox_seconds += step.tool_ms / 1000
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         if self._failed is not None or self._queue.qsize() >= MAX_BEHIND:

@@ -10,7 +10,7 @@ import pytest
 from app.agent.tools import ToolContext, ToolResult, run_tool
 from app.agent.types import AgentSpec, ToolCall
 from app.config import Settings
-from app.local import LocalRun
+from app.local import resolve_run
 from app.sandbox import DockerSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -50,7 +50,8 @@ async def test_the_default_command_timeout_is_the_package_120_s(box: DockerSandb
     # The package's CMD_TIMEOUT = 120 everywhere a task's timeout comes from.
     assert Settings.model_fields["default_command_timeout_s"].default == 120
     assert AgentSpec(system_prompt="s", user_prompt="u").command_timeout_s == 120
-    assert LocalRun(prompt="p").command_timeout_s == 120
+    local = Settings(_env_file=None, llm_base_url="http://127.0.0.1:9/v1", llm_model="m")
+    assert resolve_run(local, {"prompt": "p"}).limits.command_timeout_s == 120  # sandhive run
     ctx = ToolContext(box=box, profile="reference")
     assert ctx.command_timeout_s == 120
     # The package reads exit status 124 (GNU timeout's) as its timeout, whatever ended the

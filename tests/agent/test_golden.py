@@ -6,7 +6,7 @@ fresh sandbox (as the package did) and compares what the model would receive,
 
 `reference` must match every line. `standard` must match every line too, except
 the steps in `STANDARD_DIFFERENCES`: each is the golden text changed by one of
-the fixes README ("Tool profiles") documents, written out below from the golden
+the fixes docs/agent.md ("Tool profiles") documents, written out below from the golden
 line and the fix — never from Sandhive's own output.
 """
 

@@ -19,8 +19,8 @@ from app.agent.tools import NO_TOOL_CALL_NUDGE
 from app.agent.types import AgentSpec, Outcome, Step
 from app.llm.anthropic import AnthropicChatModel
 from app.llm.openai import OpenAIChatModel
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.sandbox import DockerSandbox
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.states import FinishReason
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

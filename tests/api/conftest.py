@@ -6,21 +6,17 @@ server does: enter the app's lifespan and copy its state into each scope.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.types import Receive, Scope, Send
 
 from app.api.app import create_app
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from tests.services.rows import plain_settings
 
 
 @asynccontextmanager
@@ -40,22 +36,15 @@ async def serve(app: FastAPI, *, raise_errors: bool = True) -> AsyncIterator[htt
 
 
 @pytest.fixture
-def api_settings(clean_db: str, redis: Redis) -> Settings:
+def api_settings(make_settings: Callable[..., Settings]) -> Settings:
     """Real Postgres and Redis; an LLM profile that is configured but never called."""
-    return plain_settings(clean_db)
+    return make_settings()
 
 
 @pytest.fixture
 async def client(api_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     async with serve(create_app(api_settings)) as client:
         yield client
-
-
-@pytest.fixture
-async def sessions(clean_db: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(clean_db)
-    yield create_sessions(engine)
-    await engine.dispose()
 
 
 def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:

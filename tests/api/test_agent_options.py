@@ -3,21 +3,18 @@ the reference trajectory format and the skipped-artifacts marker."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.app import create_app
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from tests.api.conftest import assert_error, serve
-from tests.services.rows import insert_step, insert_task, plain_settings
-
-Sessions = async_sessionmaker[AsyncSession]
+from tests.support.rows import insert_step, insert_task
 
 PROFILES_TOML = """
 [profiles.claude]
@@ -30,7 +27,7 @@ models = ["claude-sonnet", "claude-haiku"]
 
 
 @pytest.fixture
-def agent_settings(clean_db: str, redis: Redis, tmp_path: Path) -> Settings:
+def agent_settings(make_settings: Callable[..., Settings], tmp_path: Path) -> Settings:
     (tmp_path / "profiles.toml").write_text(PROFILES_TOML)
     prompts = tmp_path / "prompts"
     prompts.mkdir()
@@ -41,11 +38,7 @@ def agent_settings(clean_db: str, redis: Redis, tmp_path: Path) -> Settings:
         "output_dir: /testbed\n"
     )
     (prompts / "stray.yaml").write_text("system_prompt: 'JSON like {a: 1}'\n")
-    return plain_settings(
-        clean_db,
-        llm_profiles_file=tmp_path / "profiles.toml",
-        prompt_configs_dir=prompts,
-    )
+    return make_settings(llm_profiles_file=tmp_path / "profiles.toml", prompt_configs_dir=prompts)
 
 
 @pytest.fixture
@@ -129,8 +122,10 @@ async def test_the_multi_call_setting_is_resolved_per_profile(api: httpx.AsyncCl
     assert await answer_all({"answer_all_tool_calls": False}) is False
 
 
-async def test_the_server_default_of_the_multi_call_setting(clean_db: str, redis: Redis) -> None:
-    settings = plain_settings(clean_db, answer_all_tool_calls=True)
+async def test_the_server_default_of_the_multi_call_setting(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(answer_all_tool_calls=True)
     async with serve(create_app(settings)) as client:
         task = await submit(client, tools={"profile": "reference"})
     assert task.json()["tools"] == {
@@ -156,8 +151,10 @@ async def test_a_persistent_shell_is_a_standard_only_option(api: httpx.AsyncClie
     assert_error(await submit(api, tools={"shell": "sticky"}), 422, "invalid_input")
 
 
-async def test_a_persistent_shell_needs_the_exec_channel(clean_db: str, redis: Redis) -> None:
-    settings = plain_settings(clean_db, sandbox_exec_channel=False)
+async def test_a_persistent_shell_needs_the_exec_channel(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(sandbox_exec_channel=False)
     async with serve(create_app(settings)) as client:
         error = assert_error(
             await submit(client, tools={"shell": "persistent"}), 422, "invalid_input"
@@ -170,7 +167,7 @@ async def test_stored_specs_stay_readable_by_the_previous_release(
     api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     """The release before the persistent shell parsed `tools` with exactly these keys and
-    refused any other (README "Upgrades": old and new processes overlap)."""
+    refused any other (docs/operations.md, "Upgrades": old and new processes overlap)."""
     previous_release_keys = {"profile", "answer_all_tool_calls"}
     fresh = (await submit(api)).json()["id"]
     kept = (await submit(api, tools={"shell": "persistent"})).json()["id"]

@@ -9,8 +9,9 @@ import zipfile
 import httpx
 import pytest
 
+from app.db.engine import Sessions
 from tests.api.conftest import assert_error
-from tests.services.rows import Sessions, insert_artifact, insert_task
+from tests.support.rows import insert_artifact, insert_task
 
 FILES = [
     ("answer.txt", b"4862\n", "text/plain"),

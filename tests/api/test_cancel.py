@@ -13,9 +13,10 @@ from app.api.app import create_app
 from app.bus import cancel
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from app.services import keys
 from tests.api.conftest import assert_error, serve
-from tests.services.rows import Sessions, insert_step, insert_task
+from tests.support.rows import insert_step, insert_task
 
 
 async def event_types(sessions: Sessions, task_id: str) -> list[str]:

@@ -13,8 +13,8 @@ from app.api.app import create_app
 from app.bus import keys
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from tests.api.conftest import assert_error, serve
-from tests.services.rows import Sessions
 
 
 async def stored_inputs(sessions: Sessions) -> dict[str, bytes]:

@@ -20,12 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from app.config import Settings
+from app.db.engine import Sessions
 from app.db.models import Task
 from app.schemas import EventOut
 from app.services import events
 from app.services.events import record_event
 from tests.api.live_server import LiveServer, live_server
-from tests.services.rows import Sessions, insert_task, plain_settings
+from tests.support.rows import insert_task
+from tests.support.settings import plain_settings
 
 WAIT_S = 30.0
 

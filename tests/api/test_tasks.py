@@ -14,8 +14,9 @@ from app.api.app import create_app
 from app.bus import keys
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from tests.api.conftest import assert_error, serve
-from tests.services.rows import Sessions, insert_step, insert_task, insert_tasks
+from tests.support.rows import insert_step, insert_task, insert_tasks
 
 
 def b64(data: bytes) -> str:

@@ -42,7 +42,7 @@ from playwright.sync_api import (
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.processes import Service, running_service, settings_env
 
 CHROMIUM = os.environ.get("SANDHIVE_TEST_CHROMIUM", "/usr/bin/chromium")

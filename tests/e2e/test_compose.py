@@ -26,7 +26,7 @@ import pytest
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.llm.scripted import DEMO_ANSWER, DEMO_MODEL, DEMO_PROMPT
+from app.scripted import DEMO_ANSWER, DEMO_MODEL, DEMO_PROMPT
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ import websockets
 
 from app.api.server import GRACEFUL_SHUTDOWN_S
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     Cluster,
     check_consistency,

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from app.bus import keys
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
@@ -223,7 +223,7 @@ def test_timeout_counts_from_the_first_attempt(
     scripted_llm: ScriptedLLMServer,
     tmp_path: Path,
 ) -> None:
-    """`timeout_s` is the task's wall clock, not each attempt's (README, Reliability).
+    """`timeout_s` is the task's wall clock, not each attempt's (docs/operations.md, Reliability).
 
     Two tasks lose their worker in a long command. The one whose deadline passed
     while nobody ran it ends `timeout` without a second attempt; the other runs

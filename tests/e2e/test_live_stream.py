@@ -19,7 +19,7 @@ import pytest
 import websockets
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.processes import Service, running_service
 
 COUNTING = "for i in 1 2 3; do echo $i; sleep 0.5; done; echo done >&2"

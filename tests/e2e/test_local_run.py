@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.llm.scripted import ScriptedLLMServer
+from app.scripted import ScriptedLLMServer
 from tests.e2e.test_task_end_to_end import EXPECTED, answer_script
 
 RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")

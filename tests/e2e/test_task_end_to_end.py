@@ -20,8 +20,8 @@ import pytest
 import websockets
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.llm.transport import retry_delay
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.processes import Service, free_port, running_service
 
 SQUARES = "print(sum(i * i for i in range(1, 101)))"

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.processes import Service, running_service
 
 BASH = "Exit code: {code}\nExecution output of \\[execute_bash]:\n\\[STDOUT]\n{out}"

@@ -1,4 +1,4 @@
-"""The rolling upgrade of README "Deploy for a team", rehearsed with real processes.
+"""The rolling upgrade of docs/operations.md ("Upgrades"), rehearsed with real processes.
 
 1. `sandhive migrate` on a fresh database: a second run is a no-op, and several
    replicas running it at once (compose `migrate`, or every host's entrypoint)
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.conftest import ADMIN_URL
 from tests.e2e.fault_harness import (
     ContainerWatch,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.llm.scripted import ScriptedLLMServer
+from app.scripted import ScriptedLLMServer
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.llm.scripted import Script, ScriptedLLMServer
+from app.scripted import Script, ScriptedLLMServer
 
 TOOLS = [
     {

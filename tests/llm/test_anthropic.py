@@ -10,7 +10,7 @@ import pytest
 from app.errors import LLMError
 from app.llm.anthropic import AnthropicChatModel
 from app.llm.anthropic_wire import ANTHROPIC_CONTENT, NOT_RUN
-from app.llm.scripted import Script, ScriptedLLMServer, Turn, prompt_tokens_of
+from app.scripted import Script, ScriptedLLMServer, Turn, prompt_tokens_of
 from tests.llm.support import TOOLS, USER, raw_http_server, register
 
 ModelFactory = Callable[..., AnthropicChatModel]

@@ -19,8 +19,9 @@ import pytest
 from app.errors import LLMError
 from app.llm.anthropic import AnthropicChatModel
 from app.llm.openai import REFUSES_TEMPERATURE, OpenAIChatModel
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
-from app.llm.scripted_anthropic import render_message, sse, stream_events
+from app.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted.anthropic import render_message
+from app.scripted.stream import sse, stream_events
 from tests.llm.support import TOOLS, USER, Reply, planned_server, register
 
 # ---------------------------------------------------------------- Anthropic streams

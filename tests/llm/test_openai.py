@@ -11,7 +11,7 @@ import pytest
 
 from app.errors import LLMError
 from app.llm.openai import OpenAIChatModel, parse_completion, parse_retry_after, retry_delay
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.llm.support import TOOLS, USER, closed_port, raw_http_server, register
 
 ModelFactory = Callable[..., OpenAIChatModel]

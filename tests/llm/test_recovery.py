@@ -10,7 +10,7 @@ import pytest
 from app.errors import LLMError
 from app.llm.openai import OpenAIChatModel
 from app.llm.recovery import is_context_error, next_max_tokens, parse_limits
-from app.llm.scripted import Script, ScriptedLLMServer, Turn, prompt_tokens_of
+from app.scripted import Script, ScriptedLLMServer, Turn, prompt_tokens_of
 from tests.llm.support import TOOLS, USER, register
 
 SGLANG = (

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.llm.scripted import (
+from app.scripted import (
     DEMO_ANSWER,
     DEMO_PROMPT,
     DEMO_SCRIPT,

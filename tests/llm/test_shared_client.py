@@ -7,8 +7,8 @@ from pydantic import SecretStr
 
 from app.config import LLMProfile
 from app.llm.profiles import model_for_profile
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.llm.transport import shared_http_client
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.llm.support import TOOLS, USER
 
 

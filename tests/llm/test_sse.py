@@ -16,9 +16,9 @@ import pytest
 
 from app.errors import LLMError
 from app.llm.openai import OpenAIChatModel
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
-from app.llm.scripted_stream import completion_chunks
 from app.llm.sse import ChunkAssembler
+from app.scripted import Script, ScriptedLLMServer, Turn
+from app.scripted.stream import completion_chunks
 from tests.llm.support import TOOLS, USER, planned_server, register
 
 TURN = Turn(

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.llm.openai import OpenAIChatModel
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.llm.tool_calls import parse_tool_call, parse_tool_calls
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.llm.support import TOOLS, USER, register
 
 

@@ -12,20 +12,18 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from typer.testing import CliRunner
 
 from app.bus import keys, leases, queue
 from app.cli import cli
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
 from app.services import admin
-from tests.services.rows import insert_artifact, insert_task
 from tests.support.processes import settings_env
-
-Sessions = async_sessionmaker[AsyncSession]
+from tests.support.rows import insert_artifact, insert_task
 
 
 async def beat(redis: Redis, name: str, slots: int, busy: int) -> None:

@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.config import Settings
 from tests.api.conftest import assert_error, serve
-from tests.services.rows import plain_settings
 from tests.support.private_redis import running_redis
 from tests.support.processes import free_port
+from tests.support.settings import plain_settings
 
 
 def pg_bin(name: str) -> str:

@@ -30,8 +30,8 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.schemas import LLMOptions, TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import tasks
 from tests.support.processes import free_port, settings_env
 

@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from app.agent.types import AgentSpec, Step
+from app.agent.types import Step
 from app.config import Settings
-from app.episode import Episode, chat_model_for, collect_caps, run_episode
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.episode import Runner
+from app.resolve import resolve_spec
 from app.sandbox import DockerHost, SandboxConfig
 from app.sandbox.pool import WarmPool, pool_labels
-from app.schemas import LLMSpec
+from app.schemas import TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 
 
 @pytest.fixture
@@ -124,21 +125,17 @@ async def test_episode_runs_in_a_pooled_sandbox_and_removes_it(
             ]
         ),
     )
-    config = shape(docker_image, labels=test_labels)
+    runner = Runner(settings, host, pool=pooled)
+    options = {"model": model_name, "temperature": 0.0, "max_tokens_per_call": 256}
+    body = TaskCreate.model_validate({"prompt": "u", "llm": options, "limits": {"max_steps": 5}})
+    spec = resolve_spec(body, settings)
+    config = runner.episode(spec, "u", labels=test_labels).sandbox
     pooled.start(config)
     await pooled.wait_ready(config)
     waiting = set(await host.list_sandboxes({**test_labels, "sandhive.pool": "1"}))
-    spec = AgentSpec(system_prompt="s", user_prompt="u", max_steps=5)
-    episode = Episode(agent=spec, sandbox=config, inputs=[("in.txt", b"from the task\n")])
-    model = chat_model_for(
-        settings,
-        LLMSpec(profile="default", model=model_name, temperature=0.0, max_tokens_per_call=256),
-    )
     sink = NullSink()
-    try:
-        result = await run_episode(host, model, episode, sink, collect_caps(settings), pool=pooled)
-    finally:
-        await model.aclose()
+    inputs = [("in.txt", b"from the task\n")]
+    result = await runner.run(spec, "u", sink, labels=test_labels, inputs=inputs)
     assert result.outcome.error is None
     observation = sink.steps[0].observation
     used = [cid for cid in waiting if cid[:12] in observation]

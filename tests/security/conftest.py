@@ -1,21 +1,18 @@
-"""Fixtures for the security tests: settings with API keys on, keys of two tenants, sessions."""
+"""Fixtures for the security tests: settings with API keys on, keys of two tenants."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
 import pytest
-from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.app import create_app
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
+from app.db.engine import Sessions
 from app.services import keys
 from tests.api.conftest import serve
-from tests.services.rows import plain_settings
 
 ADMIN_KEY = "admin-key-for-tests-" + "x" * 24
 
@@ -31,20 +28,13 @@ class TenantKeys:
 
 
 @pytest.fixture
-def keyed_settings(clean_db: str, redis: Redis) -> Settings:
+def keyed_settings(make_settings: Callable[..., Settings]) -> Settings:
     """Real Postgres and Redis, API keys required, no rate limit (tests that want one add it)."""
-    return plain_settings(clean_db, auth="keys", admin_api_key=ADMIN_KEY)
+    return make_settings(auth="keys", admin_api_key=ADMIN_KEY)
 
 
 @pytest.fixture
-async def sessions(clean_db: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(clean_db)
-    yield create_sessions(engine)
-    await engine.dispose()
-
-
-@pytest.fixture
-async def tenant_keys(sessions: async_sessionmaker[AsyncSession]) -> TenantKeys:
+async def tenant_keys(sessions: Sessions) -> TenantKeys:
     a = await keys.create_key(sessions, "tenant-a", "a")
     b = await keys.create_key(sessions, "tenant-b", "b")
     old = await keys.create_key(sessions, "tenant-a", "old")

@@ -20,11 +20,12 @@ from websockets.exceptions import InvalidStatus
 from app.api.app import ROUTERS, create_app
 from app.api.deps import current_tenant
 from app.config import Settings
+from app.db.engine import Sessions
 from app.services import keys
 from tests.api.conftest import assert_error
 from tests.api.live_server import live_server
 from tests.security.conftest import ADMIN_KEY, TenantKeys, bearer
-from tests.services.rows import Sessions, insert_artifact, insert_step
+from tests.support.rows import insert_artifact, insert_step
 
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 """Operations that need no key; every other one must answer 401 without a valid key."""

@@ -28,11 +28,13 @@ from app.api.server import WS_MAX_SIZE, server_options
 from app.api.streamcap import SLOT_TTL_FACTOR, refresh_every_s
 from app.bus import streamslots
 from app.config import Settings
+from app.db.engine import Sessions
 from tests.api.conftest import assert_error
 from tests.api.live_server import live_server
 from tests.security.api_process import running_api
 from tests.security.conftest import ADMIN_KEY, TenantKeys, bearer
-from tests.services.rows import Sessions, insert_task, plain_settings
+from tests.support.rows import insert_task
+from tests.support.settings import plain_settings
 
 HEAD_TIMEOUT_S = 1.0
 SLACK_S = 4.0

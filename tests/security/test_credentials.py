@@ -28,8 +28,8 @@ from app.api.app import create_app
 from app.config import Settings
 from app.db.engine import create_engine
 from tests.api.conftest import serve
-from tests.services.rows import plain_settings
 from tests.support.processes import free_port
+from tests.support.settings import plain_settings
 
 PASSWORD = "redis-test-password-9f3c"
 

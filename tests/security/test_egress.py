@@ -27,10 +27,10 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.sandbox import DockerHost
 from app.sandbox.network import chain_names, ensure_network, install_firewall, remove_firewall
 from app.sandbox.policy import CA_BUNDLE_PATH, EgressPolicy
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.security.test_sandbox_attacks import (
     PRIVATE_REDIS,
     observations,

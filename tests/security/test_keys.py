@@ -10,9 +10,9 @@ import sys
 import asyncpg
 import pytest
 
+from app.db.engine import Sessions
 from app.errors import InvalidInput, NotFound
 from app.services import keys
-from tests.services.rows import Sessions
 
 
 async def test_a_created_key_authenticates_its_tenant_only_until_revoked(

@@ -20,7 +20,7 @@ from app.config import Settings
 from tests.api.conftest import assert_error, serve
 from tests.api.live_server import LiveServer, live_server
 from tests.security.conftest import TenantKeys, bearer
-from tests.services.rows import plain_settings
+from tests.support.settings import plain_settings
 
 MIB = 2**20
 

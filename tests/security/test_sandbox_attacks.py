@@ -29,9 +29,9 @@ import pytest
 import redis
 
 from app.config import Settings
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
-from tests.conftest import REDIS_URL
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.processes import Service, running_service
+from tests.support.settings import REDIS_URL
 
 PIDS = 64
 MEMORY_MB = 256

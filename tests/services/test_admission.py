@@ -8,11 +8,12 @@ import pytest
 from redis.asyncio import Redis
 
 from app.config import Settings
+from app.db.engine import Sessions
 from app.errors import TooManyRequests
 from app.schemas import TaskCreate
 from app.services import tasks
-from tests.services.rows import Sessions, insert_task
 from tests.support.processes import free_port
+from tests.support.rows import insert_task
 
 
 def body() -> TaskCreate:

@@ -9,13 +9,15 @@ from redis.asyncio import Redis
 from sqlalchemy import event, select
 
 from app.db import models
-from app.db.engine import create_engine, create_sessions
+from app.db.engine import Sessions
 from app.ids import utc_now
+from app.resources import Resources
 from app.schemas import StepOut, UsageOut
 from app.services import attempts
-from app.services.attempts import StaleAttempt, StartedAttempt, TaskEnd
+from app.services.attempts import StaleAttempt, StartedAttempt
+from app.services.lifecycle import TaskEnd
 from app.states import FinishReason
-from tests.services.rows import Sessions, insert_task
+from tests.support.rows import insert_task
 
 
 async def row(sessions: Sessions, task_id: str) -> models.Task:
@@ -145,29 +147,25 @@ async def test_housekeeping_reads(sessions: Sessions, redis: Redis) -> None:
     assert await attempts.cancel_requested(sessions, [queued, running]) == set()
 
 
-async def test_a_step_and_the_next_start_are_one_commit(clean_db: str, redis: Redis) -> None:
-    engine = create_engine(clean_db)
-    sessions = create_sessions(engine)
+async def test_a_step_and_the_next_start_are_one_commit(res: Resources, redis: Redis) -> None:
+    sessions = res.sessions
     commits: list[object] = []
-    event.listen(engine.sync_engine, "commit", commits.append)
-    try:
-        task_id = await insert_task(sessions)
-        started = await start(sessions, redis, task_id)
-        assert started is not None
-        await attempts.step_started(sessions, redis, task_id, 1, 0)
-        before = len(commits)
-        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), next_index=1)
-        assert len(commits) - before == 1
-        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=1))
-        assert len(commits) - before == 2
-        types = await event_types(sessions, task_id)
-        # A newer attempt fences the combined write off whole: no half of it lands.
-        assert await start(sessions, redis, task_id) is not None
-        with pytest.raises(StaleAttempt):
-            await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=2), 3)
-        after = await event_types(sessions, task_id)
-    finally:
-        await engine.dispose()
+    event.listen(res.engine.sync_engine, "commit", commits.append)
+    task_id = await insert_task(sessions)
+    started = await start(sessions, redis, task_id)
+    assert started is not None
+    await attempts.step_started(sessions, redis, task_id, 1, 0)
+    before = len(commits)
+    await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), next_index=1)
+    assert len(commits) - before == 1
+    await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=1))
+    assert len(commits) - before == 2
+    types = await event_types(sessions, task_id)
+    # A newer attempt fences the combined write off whole: no half of it lands.
+    assert await start(sessions, redis, task_id) is not None
+    with pytest.raises(StaleAttempt):
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=2), 3)
+    after = await event_types(sessions, task_id)
     assert types == [
         "task.started",
         "step.started",

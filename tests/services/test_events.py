@@ -15,13 +15,14 @@ import pytest
 from redis.asyncio import Redis
 
 from app.bus.fanout import LiveHub, SlowConsumer
+from app.db.engine import Sessions
 from app.db.models import Task
 from app.errors import NotFound
 from app.schemas import EventOut
 from app.services import events
 from app.services.events import StreamEvent, open_stream, record_event
-from tests.services.rows import Sessions, insert_task
 from tests.support.processes import free_port
+from tests.support.rows import insert_task
 
 TICK_S = 0.2
 WAIT_S = 10.0

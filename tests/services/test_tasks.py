@@ -12,13 +12,15 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 
+from app import resolve
 from app.bus import keys
 from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from app.errors import InvalidInput, NotFound, TooLarge
 from app.schemas import TaskCreate
 from app.services import tasks
-from tests.services.rows import Sessions, plain_settings
+from tests.support.settings import plain_settings
 
 B64 = base64.b64encode
 
@@ -36,7 +38,7 @@ def files(*items: tuple[str, bytes]) -> list[dict[str, str]]:
 
 def test_resolve_fills_every_default_from_settings() -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x")
-    spec = tasks.resolve_spec(body(), settings)
+    spec = resolve.resolve_spec(body(), settings)
     assert spec.llm.profile == "default"
     assert spec.llm.model == "test-model"
     assert spec.llm.temperature == settings.default_temperature
@@ -53,7 +55,7 @@ def test_resolve_fills_every_default_from_settings() -> None:
 
 def test_resolve_keeps_values_within_the_maxima() -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x")
-    spec = tasks.resolve_spec(
+    spec = resolve.resolve_spec(
         body(
             llm={"model": "other", "temperature": 0.2, "max_tokens_per_call": 77},
             limits={"max_steps": 500, "timeout_s": 10, "command_timeout_s": 5},
@@ -89,7 +91,7 @@ def test_resolve_lists_every_violated_maximum() -> None:
         sandbox={"cpus": 64, "memory_mb": 10**6},
     )
     with pytest.raises(InvalidInput) as caught:
-        tasks.resolve_spec(over, settings)
+        resolve.resolve_spec(over, settings)
     details = caught.value.details
     assert isinstance(details, list)
     by_loc = {tuple(d["loc"]): d for d in details}
@@ -119,7 +121,7 @@ def test_resolve_refuses_what_the_server_cannot_serve(
     fields: dict[str, object], loc: str, message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message) as caught:
-        tasks.resolve_spec(body(**fields), plain_settings("postgresql+asyncpg://unused/x"))
+        resolve.resolve_spec(body(**fields), plain_settings("postgresql+asyncpg://unused/x"))
     assert isinstance(caught.value.details, list)
     assert caught.value.details[0]["loc"][-1] == loc
 
@@ -127,15 +129,15 @@ def test_resolve_refuses_what_the_server_cannot_serve(
 def test_resolve_needs_a_model_from_the_task_or_the_profile() -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x", llm_model="")
     with pytest.raises(InvalidInput, match="no model"):
-        tasks.resolve_spec(body(), settings)
-    assert tasks.resolve_spec(body(llm={"model": "given"}), settings).llm.model == "given"
+        resolve.resolve_spec(body(), settings)
+    assert resolve.resolve_spec(body(llm={"model": "given"}), settings).llm.model == "given"
 
 
 def test_resolve_uses_named_profiles_from_the_file(tmp_path: Path) -> None:
     profiles = tmp_path / "profiles.toml"
     profiles.write_text('[profiles.big]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "big-model"\n')
     settings = plain_settings("postgresql+asyncpg://unused/x", llm_profiles_file=profiles)
-    spec = tasks.resolve_spec(body(llm={"profile": "big"}), settings)
+    spec = resolve.resolve_spec(body(llm={"profile": "big"}), settings)
     assert (spec.llm.profile, spec.llm.model) == ("big", "big-model")
     assert isinstance(settings.llm_profiles()["big"].api_key, SecretStr)
 
@@ -146,7 +148,7 @@ def test_resolve_uses_named_profiles_from_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", ["a.txt", "data/table.csv", "deep/er/x.bin", "..hidden", "a b"])
 def test_check_accepts_relative_paths(path: str) -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x")
-    assert tasks.check_inputs(body(input_files=files((path, b"x"))), settings) == [(path, b"x")]
+    assert resolve.check_inputs(body(input_files=files((path, b"x"))), settings) == [(path, b"x")]
 
 
 @pytest.mark.parametrize(
@@ -155,7 +157,7 @@ def test_check_accepts_relative_paths(path: str) -> None:
 def test_check_refuses_unsafe_paths(path: str) -> None:
     settings = plain_settings("postgresql+asyncpg://unused/x")
     with pytest.raises(InvalidInput) as caught:
-        tasks.check_inputs(body(input_files=files((path, b"x"))), settings)
+        resolve.check_inputs(body(input_files=files((path, b"x"))), settings)
     assert isinstance(caught.value.details, list)
     assert caught.value.details[0]["loc"] == ["body", "input_files", 0, "path"]
 
@@ -166,7 +168,7 @@ def test_check_refuses_a_path_longer_than_1024() -> None:
     data = body(input_files=[item])
     data.input_files[0].path = "a" * 1025
     with pytest.raises(InvalidInput, match="1024"):
-        tasks.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
+        resolve.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
 
 
 def test_check_decodes_base64_and_tolerates_line_breaks() -> None:
@@ -174,20 +176,20 @@ def test_check_decodes_base64_and_tolerates_line_breaks() -> None:
     wrapped = "\n".join(B64(content).decode()[i : i + 76] for i in range(0, len(B64(content)), 76))
     data = body(input_files=[{"path": "blob.bin", "content_base64": wrapped}])
     settings = plain_settings("postgresql+asyncpg://unused/x")
-    assert tasks.check_inputs(data, settings) == [("blob.bin", content)]
+    assert resolve.check_inputs(data, settings) == [("blob.bin", content)]
 
 
 @pytest.mark.parametrize("text", ["not base64!", "abc", "YQ==YQ=="])
 def test_check_refuses_bad_base64(text: str) -> None:
     data = body(input_files=[{"path": "a", "content_base64": text}])
     with pytest.raises(InvalidInput, match="base64"):
-        tasks.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
+        resolve.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
 
 
 def test_check_refuses_duplicate_paths() -> None:
     data = body(input_files=files(("a", b"1"), ("a", b"2")))
     with pytest.raises(InvalidInput, match="duplicate"):
-        tasks.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
+        resolve.check_inputs(data, plain_settings("postgresql+asyncpg://unused/x"))
 
 
 def test_check_enforces_counts_and_sizes() -> None:
@@ -200,19 +202,19 @@ def test_check_enforces_counts_and_sizes() -> None:
         max_metadata_bytes=20,
     )
     with pytest.raises(InvalidInput, match="more than 2 files"):
-        tasks.check_inputs(body(input_files=files(("a", b""), ("b", b""), ("c", b""))), settings)
+        resolve.check_inputs(body(input_files=files(("a", b""), ("b", b""), ("c", b""))), settings)
     with pytest.raises(TooLarge, match="larger than 10 bytes"):
-        tasks.check_inputs(body(input_files=files(("a", b"x" * 11))), settings)
+        resolve.check_inputs(body(input_files=files(("a", b"x" * 11))), settings)
     with pytest.raises(TooLarge, match="larger than 10 bytes"):
-        tasks.check_inputs(body(input_files=files(("a", b"x" * 1000))), settings)
+        resolve.check_inputs(body(input_files=files(("a", b"x" * 1000))), settings)
     with pytest.raises(TooLarge, match="15 bytes in total"):
-        tasks.check_inputs(body(input_files=files(("a", b"x" * 8), ("b", b"x" * 8))), settings)
+        resolve.check_inputs(body(input_files=files(("a", b"x" * 8), ("b", b"x" * 8))), settings)
     with pytest.raises(InvalidInput, match="prompt"):
-        tasks.check_inputs(body(prompt="p" * 21), settings)
+        resolve.check_inputs(body(prompt="p" * 21), settings)
     with pytest.raises(InvalidInput, match="metadata"):
-        tasks.check_inputs(body(metadata={"k": "v" * 20}), settings)
+        resolve.check_inputs(body(metadata={"k": "v" * 20}), settings)
     exact = body(prompt="p" * 20, input_files=files(("a", b"x" * 10), ("b", b"x" * 5)))
-    assert len(tasks.check_inputs(exact, settings)) == 2
+    assert len(resolve.check_inputs(exact, settings)) == 2
 
 
 # submit_task and reads

@@ -15,9 +15,10 @@ import pytest
 from redis.asyncio import Redis
 
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
+from app.episode import Runner
+from app.resources import open_resources
 from app.sandbox.docker import DockerHost
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 from tests.support.private_redis_fixtures import private_redis_url, redis, settings
 
 __all__ = ["ctx", "made", "private_redis_url", "redis", "settings"]
@@ -36,9 +37,5 @@ def made() -> Iterator[list[str]]:
 async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
     """A worker's context with fast heartbeats and leases and an instance of its own."""
     config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
-    engine = create_engine(config.database_url)
-    async with DockerHost() as docker:
-        yield WorkerContext(
-            config, create_sessions(engine), redis, docker, "w-me", f"test-{uuid.uuid4().hex[:8]}"
-        )
-    await engine.dispose()
+    async with open_resources(config) as res, DockerHost() as docker:
+        yield WorkerContext.of(res, Runner(config, docker), "w-me", f"test-{uuid.uuid4().hex[:8]}")

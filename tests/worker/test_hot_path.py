@@ -14,10 +14,10 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 
 from app.config import Settings
-from app.db.engine import Sessions, create_engine, create_sessions
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.db.engine import Sessions
 from app.metrics import REGISTRY
 from app.schemas import InputFile, LLMOptions, TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import artifacts, tasks
 from app.worker.pool import Worker
 
@@ -55,22 +55,17 @@ async def written_by(sessions: Sessions, task_id: str) -> list[tuple[str, str, s
 
 
 async def test_each_step_costs_one_transaction(
-    settings: Settings, redis: Redis, scripted_llm: ScriptedLLMServer
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
 ) -> None:
     turns = [bash(f"echo {i} > output/f{i}.txt") for i in range(STEPS - 1)] + [Turn("submit")]
     scripted_llm.add_script("hot-path-tx", Script(turns=turns))
-    engine = create_engine(settings.database_url)
-    sessions = create_sessions(engine)
-    try:
-        task_id = await submit(sessions, redis, settings, "hot-path-tx")
-        await Worker(settings).run(burst=True)
-        done = await tasks.get_task(sessions, "default", task_id)
-        events = await written_by(sessions, task_id)
-        async with sessions() as session:
-            query = text("SELECT index, xmin::text FROM steps WHERE task_id = :id ORDER BY index")
-            step_rows = (await session.execute(query, {"id": task_id})).all()
-    finally:
-        await engine.dispose()
+    task_id = await submit(sessions, redis, settings, "hot-path-tx")
+    await Worker(settings).run(burst=True)
+    done = await tasks.get_task(sessions, "default", task_id)
+    events = await written_by(sessions, task_id)
+    async with sessions() as session:
+        query = text("SELECT index, xmin::text FROM steps WHERE task_id = :id ORDER BY index")
+        step_rows = (await session.execute(query, {"id": task_id})).all()
     assert done.status == "succeeded"
     transactions = [
         [(kind, index) for _, kind, index in group] for _, group in groupby(events, lambda e: e[0])
@@ -95,6 +90,7 @@ async def test_each_step_costs_one_transaction(
 async def test_the_worker_never_blocks_its_event_loop(
     settings: Settings,
     redis: Redis,
+    sessions: Sessions,
     scripted_llm: ScriptedLLMServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -115,38 +111,33 @@ async def test_the_worker_never_blocks_its_event_loop(
     slow_first = [replace(turns[0], delay_s=1.0), *turns[1:]]
     scripted_llm.add_script("never-blocks-first", Script(turns=slow_first))
     settings = settings.model_copy(update={"warm_pool_size": 1, "worker_concurrency": 1})
-    engine = create_engine(settings.database_url)
-    sessions = create_sessions(engine)
     loop = asyncio.get_running_loop()
+    ids = []
+    for model in ("never-blocks-first", "never-blocks", "never-blocks"):
+        task = TaskCreate(
+            prompt="work",
+            llm=LLMOptions(model=model),
+            input_files=[InputFile(path="input.txt", content_base64="aGVsbG8=")],
+        )
+        ids.append(
+            (await tasks.submit_task(sessions, redis, settings, "default", task, None))[0].id
+        )
+    warm_before = warm_starts()
+    # The whole suite's objects live in this process: a full garbage collection of
+    # them lands in whichever callback runs (0.2+ s late in the suite). Freeze them
+    # so what is timed is the worker's own work.
+    gc.collect()
+    gc.freeze()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.1
     try:
-        ids = []
-        for model in ("never-blocks-first", "never-blocks", "never-blocks"):
-            task = TaskCreate(
-                prompt="work",
-                llm=LLMOptions(model=model),
-                input_files=[InputFile(path="input.txt", content_base64="aGVsbG8=")],
-            )
-            ids.append(
-                (await tasks.submit_task(sessions, redis, settings, "default", task, None))[0].id
-            )
-        warm_before = warm_starts()
-        # The whole suite's objects live in this process: a full garbage collection of
-        # them lands in whichever callback runs (0.2+ s late in the suite). Freeze them
-        # so what is timed is the worker's own work.
-        gc.collect()
-        gc.freeze()
-        loop.set_debug(True)
-        loop.slow_callback_duration = 0.1
-        try:
-            with caplog.at_level(logging.WARNING, logger="asyncio"):
-                await Worker(settings).run(burst=True)
-        finally:
-            loop.set_debug(False)
-            gc.unfreeze()
-        done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
-        stored = [await artifacts.list_artifacts(sessions, "default", task_id) for task_id in ids]
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            await Worker(settings).run(burst=True)
     finally:
-        await engine.dispose()
+        loop.set_debug(False)
+        gc.unfreeze()
+    done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
+    stored = [await artifacts.list_artifacts(sessions, "default", task_id) for task_id in ids]
     assert [t.status for t in done] == ["succeeded"] * 3
     assert [len(listing.items) for listing in stored] == [2] * 3, "artifacts were collected"
     assert warm_starts() > warm_before, "a task ran in a pooled sandbox"

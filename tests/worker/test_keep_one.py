@@ -23,10 +23,10 @@ from redis.asyncio import Redis
 from app.bus import keys, leases, queue
 from app.config import Settings
 from app.db.engine import Sessions, create_engine, create_sessions
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
 from app.metrics import REGISTRY
 from app.sandbox.reaper import TASK_LABEL
 from app.schemas import LLMOptions, TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import tasks
 from app.worker.pool import Worker
 

@@ -6,9 +6,9 @@ from redis.asyncio import Redis
 
 from app.bus import keys, queue
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.db.engine import Sessions
 from app.schemas import LLMOptions, TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import tasks
 from app.worker.pool import Worker
 
@@ -18,25 +18,20 @@ def one_step(model: str) -> TaskCreate:
 
 
 async def test_burst_runs_everything_once_and_returns(
-    settings: Settings, redis: Redis, scripted_llm: ScriptedLLMServer
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
 ) -> None:
     scripted_llm.add_script("pool-once", Script(turns=[Turn(tool="submit", arguments={})]))
-    engine = create_engine(settings.database_url)
-    sessions = create_sessions(engine)
-    try:
-        ids = [
-            (
-                await tasks.submit_task(
-                    sessions, redis, settings, "default", one_step("pool-once"), None
-                )
-            )[0].id
-            for _ in range(3)
-        ]
-        await queue.enqueue(redis, ids[0])  # a duplicate message (e.g. from reconciliation)
-        await Worker(settings).run(burst=True)
-        done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
-    finally:
-        await engine.dispose()
+    ids = [
+        (
+            await tasks.submit_task(
+                sessions, redis, settings, "default", one_step("pool-once"), None
+            )
+        )[0].id
+        for _ in range(3)
+    ]
+    await queue.enqueue(redis, ids[0])  # a duplicate message (e.g. from reconciliation)
+    await Worker(settings).run(burst=True)
+    done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
     assert [(t.status, t.attempt) for t in done] == [("succeeded", 1)] * 3
     assert scripted_llm.requests["pool-once"] == 3, "the duplicate message ran nothing"
     assert await queue.queued_task_ids(redis) == set()

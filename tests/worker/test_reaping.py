@@ -7,9 +7,9 @@ import subprocess
 
 from app.bus import leases
 from app.sandbox.reaper import labels_for
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 from app.worker.reaping import reap
-from tests.services.rows import insert_task
+from tests.support.rows import insert_task
 
 
 def start_container(made: list[str], image: str, labels: dict[str, str]) -> str:

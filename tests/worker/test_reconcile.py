@@ -11,12 +11,14 @@ from redis.asyncio import Redis
 
 from app.bus import leases, queue
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
+from app.episode import Runner
 from app.ids import utc_now
+from app.resources import open_resources
 from app.sandbox.docker import DockerHost
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 from app.worker.reconcile import Reconciler
-from tests.services.rows import insert_task, plain_settings
+from tests.support.rows import insert_task
+from tests.support.settings import plain_settings
 
 LEASE_S = 0.3
 
@@ -26,9 +28,8 @@ async def ctx(clean_db: str, redis: Redis, private_redis_url: str) -> AsyncItera
     settings: Settings = plain_settings(
         clean_db, redis_url=private_redis_url, worker_lease_s=LEASE_S, worker_heartbeat_s=0.1
     )
-    engine = create_engine(clean_db)
-    yield WorkerContext(settings, create_sessions(engine), redis, DockerHost(), "w1", "test")
-    await engine.dispose()
+    async with open_resources(settings) as res:
+        yield WorkerContext.of(res, Runner(settings, DockerHost()), "w1", "test")
 
 
 async def test_reconcile_enqueues_what_redis_lost(ctx: WorkerContext) -> None:

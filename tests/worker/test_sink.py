@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -16,16 +15,15 @@ from sqlalchemy import select
 
 from app.agent.types import Step
 from app.bus import live
-from app.config import Settings
 from app.db import models
-from app.db.engine import create_engine, create_sessions
+from app.db.engine import Sessions
 from app.ids import utc_now
 from app.metrics import REGISTRY
 from app.services import attempts
 from app.services.attempts import StaleAttempt
 from app.worker.sink import TaskSink
-from tests.services.rows import Sessions, insert_task
 from tests.support.processes import free_port
+from tests.support.rows import insert_task
 
 
 def dropped() -> float:
@@ -38,13 +36,6 @@ def dropped() -> float:
 
 def step(index: int) -> Step:
     return Step(index=index, thought=f"t{index}", observation=f"o{index}", started_at=utc_now())
-
-
-@pytest.fixture
-async def sessions(clean_db: str) -> AsyncIterator[Sessions]:
-    engine = create_engine(clean_db)
-    yield create_sessions(engine)
-    await engine.dispose()
 
 
 async def running_task(sessions: Sessions, redis: Redis) -> tuple[str, int]:
@@ -125,12 +116,12 @@ async def test_a_stale_attempt_is_told_at_its_next_call(sessions: Sessions, redi
 
 
 async def test_a_live_event_that_cannot_be_published_is_counted_not_raised(
-    settings: Settings, redis: Redis
+    sessions: Sessions, redis: Redis
 ) -> None:
-    engine = create_engine(settings.database_url)  # live() never touches Postgres
+    # live() never touches Postgres
     dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5)
-    up = TaskSink(create_sessions(engine), redis, "t-up", 1)
-    down = TaskSink(create_sessions(engine), dead, "t-down", 1)
+    up = TaskSink(sessions, redis, "t-up", 1)
+    down = TaskSink(sessions, dead, "t-down", 1)
     try:
         before = dropped()
         await up.live("tool.output", {"c": "a"})
@@ -146,4 +137,3 @@ async def test_a_live_event_that_cannot_be_published_is_counted_not_raised(
         await up.close()
         await down.close()
         await dead.aclose()
-        await engine.dispose()

@@ -10,7 +10,7 @@ import subprocess
 
 from app.bus import leases
 from app.sandbox.pool import pool_labels
-from app.worker.attempt import WorkerContext
+from app.worker.context import WorkerContext
 from app.worker.reaping import reap
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from app.config import Settings
-from app.db.engine import create_engine, create_sessions
-from app.llm.scripted import Script, ScriptedLLMServer, Turn
+from app.db.engine import Sessions
 from app.metrics import REGISTRY
 from app.sandbox.docker import DockerHost
 from app.schemas import LLMOptions, TaskCreate
+from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import tasks
 from app.worker.pool import Worker
 
@@ -31,26 +31,21 @@ def started_from() -> dict[str, float]:
 
 
 async def test_second_task_gets_a_sandbox_started_before_it(
-    settings: Settings, redis: Redis, scripted_llm: ScriptedLLMServer
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
 ) -> None:
     slow = [Turn(tool="execute_bash", arguments={"command": AGE}), Turn("submit", delay_s=3.0)]
     scripted_llm.add_script("warm-first", Script(turns=slow))
     fast = [Turn(tool="execute_bash", arguments={"command": AGE}), Turn("submit")]
     scripted_llm.add_script("warm-second", Script(turns=fast))
     config = settings.model_copy(update={"warm_pool_size": 1, "worker_concurrency": 1})
-    engine = create_engine(config.database_url)
-    sessions = create_sessions(engine)
     before = started_from()
-    try:
-        ids = []
-        for model in ("warm-first", "warm-second"):
-            task = TaskCreate(prompt="age", llm=LLMOptions(model=model))
-            created = await tasks.submit_task(sessions, redis, config, "default", task, None)
-            ids.append(created[0].id)
-        await Worker(config).run(burst=True)
-        done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
-    finally:
-        await engine.dispose()
+    ids = []
+    for model in ("warm-first", "warm-second"):
+        task = TaskCreate(prompt="age", llm=LLMOptions(model=model))
+        created = await tasks.submit_task(sessions, redis, config, "default", task, None)
+        ids.append(created[0].id)
+    await Worker(config).run(burst=True)
+    done = [await tasks.get_task(sessions, "default", task_id) for task_id in ids]
     assert [t.status for t in done] == ["succeeded", "succeeded"]
     first_age, second_age = (float(t.answer or "nan") for t in done)
     assert first_age < 2.5, "the first task of a shape starts cold"

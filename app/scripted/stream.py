@@ -1,11 +1,14 @@
-"""The scripted LLM's streamed answers: one chat.completion cut into SSE chunks.
+"""The scripted server's streamed answers, as Server-Sent Events in both wire formats.
 
-Used by `app.llm.scripted` when a request says `"stream": true`. The cut is the
-one real servers make: a role chunk, reasoning and content each in several
-deltas, every tool call announced (id, name) and then its arguments in pieces,
-a finish chunk, the usage chunk when `stream_options.include_usage` asks for
-it, and `data: [DONE]`. Working from the finished completion keeps the
-streamed and the plain answers of a turn identical by construction.
+OpenAI (`streaming_response`, for `app.scripted.openai` when a request says
+`"stream": true`): one chat.completion cut into chunks the way real servers cut
+it: a role chunk, reasoning and content each in several deltas, every tool call
+announced (id, name) and then its arguments in pieces, a finish chunk, the
+usage chunk when `stream_options.include_usage` asks for it, and `data: [DONE]`.
+Anthropic (`stream_events`, for `app.scripted.anthropic`): message_start, ping,
+each content block as start, deltas and stop, message_delta, message_stop.
+Working from the finished answer keeps the streamed and the plain answers of a
+turn identical by construction.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 PIECES = 3
+"""Text, reasoning and tool arguments are streamed in about this many deltas each."""
 
 
 def streaming_response(
@@ -89,3 +93,51 @@ def pieces(text: Any, count: int = PIECES) -> list[str]:
         return []
     size = -(-len(text) // count)
     return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+async def stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The message as the Messages API streams it: start, blocks as deltas, delta, stop."""
+    start = {**message, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}
+    yield sse("message_start", {"type": "message_start", "message": start})
+    yield sse("ping", {"type": "ping"})
+    for index, block in enumerate(message["content"]):
+        for event in block_events(index, block):
+            yield event
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    usage = {"output_tokens": message["usage"]["output_tokens"]}
+    yield sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
+    yield sse("message_stop", {"type": "message_stop"})
+
+
+def block_events(index: int, block: dict[str, Any]) -> list[bytes]:
+    """content_block_start, its deltas, content_block_stop."""
+    kind = block["type"]
+    if kind == "text":
+        empty: dict[str, Any] = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+    elif kind == "thinking":
+        empty = {"type": "thinking", "thinking": ""}
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    else:
+        empty = {**block, "input": {}}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": p}
+            for p in pieces(json.dumps(block["input"]))
+        ]
+    events = [sse("content_block_start", _indexed("content_block_start", index, empty))]
+    for delta in deltas:
+        data = {"type": "content_block_delta", "index": index, "delta": delta}
+        events.append(sse("content_block_delta", data))
+    events.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return events
+
+
+def _indexed(kind: str, index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "index": index, "content_block": block}
+
+
+def sse(event: str, data: Mapping[str, Any]) -> bytes:
+    """One named event, as the Messages API sends them."""
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()

@@ -1,6 +1,6 @@
-"""The scripted LLM's Anthropic face: `POST /v1/messages` in the Messages API wire format.
+"""The scripted server's Anthropic face: `POST /v1/messages` in the Messages API wire format.
 
-Mounted by `app.llm.scripted.create_app` next to the OpenAI routes and driven
+Mounted by `app.scripted.server.create_app` next to the OpenAI routes and driven
 by the same `Script`s (the model name picks the script, the number of
 assistant messages picks the turn). It checks what a real Anthropic server
 checks and our client could get wrong: the version header, `max_tokens`, the
@@ -12,14 +12,14 @@ Answers plainly or as Server-Sent Events when the request says `stream`.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.llm.scripted import (
+from app.scripted.script import (
     REQUIRED_TOOLS,
     Script,
     ScriptBook,
@@ -29,9 +29,7 @@ from app.llm.scripted import (
     pick_turn,
     prompt_tokens_of,
 )
-
-STREAM_PIECES = 3
-"""Text and thinking are streamed in about this many deltas each."""
+from app.scripted.stream import stream_events
 
 
 def anthropic_routes(book: ScriptBook) -> list[Route]:
@@ -57,7 +55,7 @@ async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, s
     script, count = book.receive(model, body, headers)
     if script is None:
         return error_response(404, f"model: {model}", "not_found_error")
-    if script.fail_status is not None and (script.fail_count is None or count <= script.fail_count):
+    if script.fails(count):
         return failure_response(script)
     problem = check_request(script, body)
     if problem is not None:
@@ -216,61 +214,6 @@ def _tool_use(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
             arguments = {}
     value = dict(arguments) if isinstance(arguments, Mapping) else {}
     return {"type": "tool_use", "id": call_id, "name": name, "input": value}
-
-
-async def stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The message as the Messages API streams it: start, blocks as deltas, delta, stop."""
-    start = {**message, "content": [], "stop_reason": None}
-    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}
-    yield sse("message_start", {"type": "message_start", "message": start})
-    yield sse("ping", {"type": "ping"})
-    for index, block in enumerate(message["content"]):
-        for event in block_events(index, block):
-            yield event
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    usage = {"output_tokens": message["usage"]["output_tokens"]}
-    yield sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
-    yield sse("message_stop", {"type": "message_stop"})
-
-
-def block_events(index: int, block: dict[str, Any]) -> list[bytes]:
-    """content_block_start, its deltas, content_block_stop."""
-    kind = block["type"]
-    if kind == "text":
-        empty: dict[str, Any] = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
-    elif kind == "thinking":
-        empty = {"type": "thinking", "thinking": ""}
-        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
-        deltas.append({"type": "signature_delta", "signature": block["signature"]})
-    else:
-        empty = {**block, "input": {}}
-        deltas = [
-            {"type": "input_json_delta", "partial_json": p}
-            for p in pieces(json.dumps(block["input"]))
-        ]
-    events = [sse("content_block_start", _indexed("content_block_start", index, empty))]
-    for delta in deltas:
-        data = {"type": "content_block_delta", "index": index, "delta": delta}
-        events.append(sse("content_block_delta", data))
-    events.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-    return events
-
-
-def _indexed(kind: str, index: int, block: dict[str, Any]) -> dict[str, Any]:
-    return {"type": kind, "index": index, "content_block": block}
-
-
-def pieces(text: str) -> list[str]:
-    """The text cut into about STREAM_PIECES non-empty parts."""
-    if not text:
-        return []
-    size = max(1, -(-len(text) // STREAM_PIECES))
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def sse(event: str, data: Mapping[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def failure_response(script: Script) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""Test data written straight to Postgres, and Settings for tests that need no Docker or LLM."""
+"""Test data written straight to Postgres."""
 
 from __future__ import annotations
 
@@ -6,38 +6,18 @@ import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from app.config import Settings
 from app.db import models
+from app.db.engine import Sessions
 from app.ids import new_task_id, utc_now
-from app.schemas import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsOptions
-from tests.conftest import REDIS_URL
-
-Sessions = async_sessionmaker[AsyncSession]
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
 
 SPEC = TaskSpec(
     llm=LLMSpec(profile="default", model="m", temperature=1.0, max_tokens_per_call=100),
     limits=LimitsSpec(max_steps=5, timeout_s=60, command_timeout_s=10, max_context_tokens=4096),
     sandbox=SandboxSpec(image="img", network="none", cpus=1.0, memory_mb=256),
-    tools=ToolsOptions(),
+    tools=ToolsSpec(profile="standard", answer_all_tool_calls=True),
     prompt_config="general",
 )
-
-
-def plain_settings(database_url: str, **overrides: Any) -> Settings:
-    """Settings on the test Postgres and Redis, with a `default` LLM profile nobody calls."""
-    values: dict[str, Any] = {
-        "database_url": database_url,
-        "redis_url": REDIS_URL,
-        "llm_base_url": "http://127.0.0.1:9/v1",
-        "llm_model": "test-model",
-        "sandbox_image": "sandhive-sandbox:test",
-        "auth": "disabled",  # every call is tenant `default`; tests/security covers keys
-        "rate_limit_per_s": 0,
-        **overrides,
-    }
-    return Settings(_env_file=None, **values)
 
 
 async def insert_task(

@@ -1,0 +1,24 @@
+"""Default numbers that more than one layer needs, written once.
+
+`Settings` offers them as the server's defaults; the agent and sandbox layers,
+which may not import `Settings`, use them as the defaults of their own
+dataclasses (for tests and tools used on their own). Most are the reference
+package's (REFERENCE.md): its working directory, its 120 s command timeout.
+"""
+
+WORKDIR = "/testbed"
+MAX_STEPS = 100
+COMMAND_TIMEOUT_S = 120
+MAX_CONTEXT_TOKENS = 65536
+CPUS = 1.0
+MEMORY_MB = 1024
+DISK_MB = 1024
+SCRATCH_MB = 256
+PIDS_LIMIT = 512
+LLM_TIMEOUT_S = 1200.0
+LLM_MAX_RETRIES = 3
+LLM_RETRY_BACKOFF_S = 1.0
+WARM_POOL_MAX_AGE_S = 600.0
+STREAM_CLIENT_BUFFER = 1000
+STREAM_KEEPALIVE_S = 15.0
+API_HEADER_TIMEOUT_S = 10.0

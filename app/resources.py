@@ -1,0 +1,42 @@
+"""The process's long-lived clients: one way to open and close them, for every entry point.
+
+The API lifespan, the worker, the command line and the tests all open Postgres
+and Redis here, so every process configures them the same way (and a test's
+process is a production one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.config import Settings
+from app.db.engine import Sessions, create_engine, create_sessions
+
+
+@dataclass(frozen=True)
+class Resources:
+    settings: Settings
+    engine: AsyncEngine
+    sessions: Sessions
+    redis: Redis
+
+
+@asynccontextmanager
+async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
+    """Engine, sessions and Redis for the life of the caller; closed on the way out.
+
+    Nothing connects yet (both clients connect on first use), so opening never
+    fails on an unreachable server: the first call does, where it can be reported.
+    """
+    engine = create_engine(settings.database_url)
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        yield Resources(settings, engine, create_sessions(engine), redis)
+    finally:
+        await redis.aclose()
+        await engine.dispose()

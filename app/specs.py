@@ -1,0 +1,96 @@
+"""The resolved task: every default filled in, every maximum checked; what Postgres stores.
+
+The worker reads it, `sandhive run` builds one the same way (`app.resolve`), and
+the API shows parts of it. Not the wire contract (`app.schemas`): it changes with
+releases, and rows outlive releases, so two rules keep old and new processes
+reading each other's rows during a rolling upgrade:
+
+- Unknown keys are ignored on read, so a row written by a newer release still
+  parses. An option whose *value* this release cannot run (a new Literal) still
+  fails to parse, and that task fails instead of running without it.
+- A row carries only what differs from a default (`stored`), and a field added
+  after the first release gets the default that means what older rows meant, so
+  a task that uses no new option looks exactly like one the previous release wrote.
+  A default here, once released, never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Stored(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class LLMSpec(_Stored):
+    profile: str
+    model: str
+    temperature: float
+    max_tokens_per_call: int
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+class LimitsSpec(_Stored):
+    max_steps: int
+    timeout_s: int
+    command_timeout_s: int
+    max_context_tokens: int
+
+
+class SandboxSpec(_Stored):
+    image: str
+    network: Literal["none", "egress"]
+    cpus: float
+    memory_mb: int
+    disk_mb: int = 1024
+    """Tasks stored before the field existed ran with 1024."""
+
+
+class ToolsSpec(_Stored):
+    profile: Literal["standard", "reference"]
+    answer_all_tool_calls: bool
+    """Reply "not run" to every tool call after the first of a turn."""
+    shell: Literal["fresh", "persistent"] = "fresh"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_of_older_rows(cls, data: Any) -> Any:
+        """Rows stored before the multi-call option existed follow their profile's default."""
+        if isinstance(data, dict) and data.get("answer_all_tool_calls") is None:
+            profile = data.get("profile", "standard")
+            return {**data, "profile": profile, "answer_all_tool_calls": profile != "reference"}
+        return data
+
+
+class PromptSpec(_Stored):
+    """A prompt config resolved at submit time: templates and sandbox directories."""
+
+    name: str
+    system: str
+    instance: str
+    working_dir: str
+    input_dir: str
+    output_dir: str
+
+
+class TaskSpec(_Stored):
+    llm: LLMSpec
+    limits: LimitsSpec
+    sandbox: SandboxSpec
+    tools: ToolsSpec
+    prompt_config: str
+    prompt: PromptSpec | None = None
+    """None only in tasks stored before prompt configs were resolved at submit time."""
+
+
+def stored(spec: TaskSpec) -> dict[str, Any]:
+    """The row's JSON: only what differs from a default (the rolling-upgrade rule above)."""
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
+def read_spec(row: dict[str, Any]) -> TaskSpec:
+    """A stored spec, whichever release wrote it."""
+    return TaskSpec.model_validate(row)

@@ -1,0 +1,32 @@
+"""Settings for tests: the one base every test's `Settings` is built on.
+
+`plain_settings` is the factory; the root `make_settings` fixture (tests/conftest.py)
+binds it to the clean test database, and the root `settings` fixture adds the
+Docker image and the scripted LLM on top.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from app.config import Settings
+
+REDIS_URL = os.environ.get("SANDHIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+BASE_TEST_SETTINGS: dict[str, Any] = {
+    "redis_url": REDIS_URL,
+    "llm_base_url": "http://127.0.0.1:9/v1",
+    "llm_model": "test-model",
+    "sandbox_image": "sandhive-sandbox:test",
+    "auth": "disabled",  # every call is tenant `default`; tests/security covers keys
+    "rate_limit_per_s": 0,
+}
+"""Test Redis, a `default` LLM profile nobody calls, no keys, no rate limit."""
+
+
+def plain_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings on `database_url` and the test Redis, with a `default` LLM profile nobody calls."""
+    return Settings(
+        _env_file=None, **{**BASE_TEST_SETTINGS, "database_url": database_url, **overrides}
+    )
