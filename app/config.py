@@ -21,6 +21,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app import defaults
 
+REDIS_BLOCK_MARGIN_S = 1.0
+"""How much sooner than the Redis socket timeout a blocking read must end (its reply's trip)."""
+
 
 class LLMProfile(BaseModel):
     """A server-side model provider: where to call and with which key."""
@@ -50,6 +53,12 @@ class Settings(BaseSettings):
     """Postgres, the source of truth."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Redis: the task queue and live events."""
+    redis_socket_timeout_s: float = Field(default=20.0, ge=2)
+    """Longest wait for one Redis reply before the call fails (and is retried or reported).
+    Blocking reads must end sooner: the worker's queue read takes under a second, the API's
+    live-stream read `SANDHIVE_STREAM_KEEPALIVE_S`, which must be at least 1 s shorter."""
+    redis_connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Longest wait to open a connection to Redis."""
     auth: Literal["disabled", "keys"] = "keys"
     """`keys`: every `/v1` call needs an API key. `disabled`: every call is tenant `default`
     (local development only)."""
@@ -68,6 +77,10 @@ class Settings(BaseSettings):
     """Process cap per sandbox."""
     sandbox_workdir: str = defaults.WORKDIR
     """The agent's working directory."""
+    sandbox_deadline_grace_s: float = Field(default=300.0, ge=1)
+    """Every sandbox ends, and Docker removes it with its volume, this long after its task's
+    `timeout_s` plus `artifact_collect_grace_s`, even if its worker never comes back (see
+    docs/operations.md#reliability-no-task-lost)."""
 
     # Fast sandboxes: the exec channel and the warm pool (docs/operations.md).
     sandbox_exec_channel: bool = True
@@ -171,7 +184,9 @@ class Settings(BaseSettings):
     """Events a viewer may lag behind before it is cut off (WebSocket close 4408)."""
     stream_keepalive_s: float = Field(default=defaults.STREAM_KEEPALIVE_S, gt=0)
     """Idle streams get a keepalive this often (and re-check Postgres for a lost publish);
-    keep it under 45: the page reconnects after 45 s of silence."""
+    keep it under 45: the page reconnects after 45 s of silence. It is also how long the
+    API's read of a live stream blocks in Redis, so it must stay at least 1 s under
+    `SANDHIVE_REDIS_SOCKET_TIMEOUT_S`."""
 
     # Security: sandbox hardening, egress, request limits (docs/security.md).
     sandbox_read_only_rootfs: bool = True
@@ -276,6 +291,9 @@ class Settings(BaseSettings):
     """Queued + running tasks of one tenant beyond which its submissions are answered 429."""
     backpressure_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of those 429s."""
+    unavailable_retry_after_s: int = Field(default=5, ge=1)
+    """The `Retry-After` of the 503s a call gets while Postgres (`database_unavailable`) or
+    Redis (`redis_unavailable`) is unreachable."""
 
     # Operations: logs, the worker's metrics endpoint, retention of finished tasks
     # (docs/operations.md).
@@ -298,6 +316,18 @@ class Settings(BaseSettings):
     def _heartbeat_below_lease(self) -> Settings:
         if self.worker_heartbeat_s >= self.worker_lease_s:
             raise ValueError("worker_heartbeat_s must be shorter than worker_lease_s")
+        return self
+
+    @model_validator(mode="after")
+    def _blocking_reads_below_socket_timeout(self) -> Settings:
+        """A blocking read that outlasts the socket timeout fails every time Redis is idle:
+        live-only events would then arrive late or never."""
+        if self.stream_keepalive_s + REDIS_BLOCK_MARGIN_S > self.redis_socket_timeout_s:
+            raise ValueError(
+                f"stream_keepalive_s ({self.stream_keepalive_s:g}) must be at least "
+                f"{REDIS_BLOCK_MARGIN_S:g} s shorter than redis_socket_timeout_s "
+                f"({self.redis_socket_timeout_s:g}): raise SANDHIVE_REDIS_SOCKET_TIMEOUT_S"
+            )
         return self
 
     def instance_name(self) -> str:

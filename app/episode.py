@@ -137,6 +137,7 @@ class Runner:
                 disk_mb=box.disk_mb,
                 network=box.network,
                 workdir=workdir,
+                deadline_s=sandbox_deadline_s(self.settings, limits.timeout_s),
             ),
             inputs=inputs,
             input_dir=prompt.input_dir,
@@ -254,12 +255,24 @@ async def open_runner(
                 size=settings.warm_pool_size,
                 labels=warm_labels,
                 max_age_s=settings.warm_pool_max_age_s,
+                task_deadline_s=sandbox_deadline_s(settings, settings.max_timeout_s),
             )
         try:
             yield Runner(settings, docker, pool=pool, http=http)
         finally:
             if pool is not None:
                 await pool.close()
+
+
+def sandbox_deadline_s(settings: Settings, timeout_s: float) -> float:
+    """How long a task's sandbox may live: its wall clock, the output collection's grace after
+    it, and a grace for the rest (killing a cut command, removal, a slow Docker).
+
+    The whole `timeout_s`, even for a later attempt that gets only what is left of it: an
+    upper bound is all the deadline needs. Past it the container is gone, so nothing the
+    task may still do can come after it.
+    """
+    return timeout_s + settings.artifact_collect_grace_s + settings.sandbox_deadline_grace_s
 
 
 def sandbox_caps(settings: Settings) -> SandboxCaps:

@@ -19,9 +19,19 @@ class AppError(Exception):
         self.message = message
         self.details = details
 
+    def headers(self) -> dict[str, str]:
+        """Response headers that come with this error (Retry-After, for one)."""
+        return {}
+
 
 class InvalidInput(AppError):
     status, code = 422, "invalid_input"
+
+
+class IdempotencyKeyReused(InvalidInput):
+    """An Idempotency-Key sent again with a different submission: a retry must repeat it."""
+
+    code = "idempotency_key_reused"
 
 
 class NotFound(AppError):
@@ -36,14 +46,21 @@ class TooLarge(AppError):
     status, code = 413, "too_large"
 
 
-class TooManyRequests(AppError):
-    """Over a limit; the client should retry after `retry_after_s` (sent as Retry-After)."""
-
-    status, code = 429, "too_many_requests"
+class RetryLater(AppError):
+    """Refused for now: the client should repeat the call after `retry_after_s` (Retry-After)."""
 
     def __init__(self, message: str, retry_after_s: int, details: object = None) -> None:
         super().__init__(message, details)
         self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class TooManyRequests(RetryLater):
+    """Over a limit."""
+
+    status, code = 429, "too_many_requests"
 
 
 class Unauthorized(AppError):
@@ -52,6 +69,20 @@ class Unauthorized(AppError):
 
 class NotReady(AppError):
     status, code = 503, "not_ready"
+
+
+class Unavailable(RetryLater):
+    """A backend the call needs is unreachable: nothing was done (nothing stored); retry."""
+
+    status, code = 503, "unavailable"
+
+
+class DatabaseUnavailable(Unavailable):
+    status, code = 503, "database_unavailable"
+
+
+class RedisUnavailable(Unavailable):
+    status, code = 503, "redis_unavailable"
 
 
 class SandboxError(AppError):

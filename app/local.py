@@ -53,6 +53,8 @@ class TerminalSink:
             args = json.dumps(step.action.arguments, ensure_ascii=False)[:300]
             self._panel(args, f"action: {step.action.tool}", "cyan")
         self._panel(step.observation[:800], "observation", "green")
+        if step.interrupted:
+            self.console.print(Text(f"step {step.index} interrupted: {step.interrupted}"))
         if next_index is not None:
             await self.step_started(next_index)
 

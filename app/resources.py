@@ -34,9 +34,23 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     fails on an unreachable server: the first call does, where it can be reported.
     """
     engine = create_engine(settings.database_url)
-    redis = Redis.from_url(settings.redis_url)
+    redis = open_redis(settings)
     try:
         yield Resources(settings, engine, create_sessions(engine), redis)
     finally:
         await redis.aclose()
         await engine.dispose()
+
+
+def open_redis(settings: Settings) -> Redis:
+    """The Redis client with its timeouts set here, never left to the library's defaults.
+
+    Those defaults changed under us (no timeout in redis-py 5, 5 s in 8.x), and a socket
+    timeout shorter than a blocking read (`Settings` keeps them apart) fails that
+    read whenever Redis has nothing to say.
+    """
+    return Redis.from_url(
+        settings.redis_url,
+        socket_timeout=settings.redis_socket_timeout_s,
+        socket_connect_timeout=settings.redis_connect_timeout_s,
+    )

@@ -272,6 +272,10 @@ class StepOut(BaseModel):
     tool_ms: int
     prompt_tokens: int
     completion_tokens: int
+    interrupted: str | None = None
+    """Why the step ended before it was done (`cancelled`, `timeout`, `llm_error`,
+    `sandbox_error`): its thought and observation are what was seen of it live.
+    None for a step that ran to its end."""
 
 
 class TrajectoryOut(BaseModel):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from app.agent import live
+from app.agent.inflight import InFlight
 from app.agent.tools import (
     NO_TOOL_CALL_NUDGE,
     ToolContext,
@@ -40,9 +42,9 @@ from app.agent.types import (
     ToolCall,
 )
 from app.errors import LLMError, SandboxError
-from app.ids import utc_now
 from app.states import FinishReason, timeout_error
 
+log = logging.getLogger(__name__)
 SKIPPED_CALL = "Error: only the first tool call of a turn is executed; this call was not run."
 UNUSABLE_CALL = "Error: this tool call has no usable name or arguments; it was not run."
 
@@ -70,20 +72,45 @@ async def run_agent(
     if outcome is None:
         outcome = Outcome(finish_reason=FinishReason.max_steps)
     outcome.finish_reason = FinishReason.max_steps  # unless something else ends the run
+    flight = InFlight()
     try:
         async with asyncio.timeout(spec.timeout_s):
-            await _loop(spec, box, model, sink, outcome)
+            await _loop(spec, box, model, sink, outcome, flight)
     except TimeoutError:
         _finish(outcome, FinishReason.timeout, timeout_error(spec.timeout_s))
     except LLMError as exc:
         _finish(outcome, FinishReason.llm_error, exc.message)
     except SandboxError as exc:
         _finish(outcome, FinishReason.sandbox_error, exc.message)
+    except asyncio.CancelledError:
+        await _report_cut(flight, sink, outcome, FinishReason.cancelled)
+        raise
+    await _report_cut(flight, sink, outcome, outcome.finish_reason)
     return outcome
 
 
+async def _report_cut(
+    flight: InFlight, sink: EventSink, outcome: Outcome, reason: FinishReason
+) -> None:
+    """Store the step the run was cut in, as far as it got, so no started step stays open."""
+    step = flight.cut(reason.value)
+    if step is None:
+        return
+    if step not in outcome.steps:
+        outcome.steps.append(step)
+    try:
+        await sink.step_completed(step, None)
+    except Exception as exc:  # a broken sink surfaces at its flush; the run's end stands
+        log.warning("could not report the interrupted step %d: %r", step.index, exc)
+
+
 async def _loop(
-    spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink, outcome: Outcome
+    spec: AgentSpec,
+    box: Sandbox,
+    model: ChatModel,
+    sink: EventSink,
+    outcome: Outcome,
+    flight: InFlight,
 ) -> None:
     messages: list[Message] = [
         {"role": "system", "content": spec.system_prompt},
@@ -101,12 +128,11 @@ async def _loop(
     answer_all = answers_all_calls(spec)
     if spec.max_steps < 1 or not _next_prompt_fits(spec, messages, 0, outcome):
         return
+    flight.open(0)
     await sink.step_started(0)
     index = 0
     while True:
-        step = await _step(
-            index, messages, tools, ctx, model, outcome, answer_all=answer_all, sink=sink
-        )
+        step = await _step(messages, tools, ctx, model, outcome, flight, answer_all, sink)
         # Decided before the step is reported, so the sink can announce the next one with it.
         going_on = (
             outcome.finish_reason is not FinishReason.submitted
@@ -115,8 +141,10 @@ async def _loop(
         )
         await sink.step_completed(step, index + 1 if going_on else None)
         if not going_on:
+            flight.close()
             return
         index += 1
+        flight.open(index)  # announced with the step just reported
 
 
 def _next_prompt_fits(
@@ -134,20 +162,21 @@ def _next_prompt_fits(
 
 
 async def _step(
-    index: int,
     messages: list[Message],
     tools: list[dict[str, object]],
     ctx: ToolContext,
     model: ChatModel,
     outcome: Outcome,
-    *,
+    flight: InFlight,
     answer_all: bool,
     sink: EventSink,
 ) -> Step:
-    step = Step(index=index, started_at=utc_now())
+    step = flight.step
+    assert step is not None, "the loop opens every step before running it"
+    index = step.index
     started = time.monotonic()
     async with live.model_deltas(sink, index) as on_delta:  # llm.delta while it streams
-        completion = await model.complete(messages, tools, on_delta)
+        completion = await model.complete(messages, tools, flight.tee_delta(on_delta))
     step.llm_ms = int((time.monotonic() - started) * 1000)
     _account_llm(outcome, step, completion)
     messages.append(completion.message)
@@ -159,7 +188,9 @@ async def _step(
         messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
         return step
     call = completion.tool_calls[0]
+    step.action = Action(tool=call.name, arguments=call.arguments or {})
     async with live.tool_call(sink, index, call) as on_output:  # tool.output while it runs
+        on_output = flight.tee_output(on_output)
         result = await _run_call(call, replace(ctx, on_output=on_output), step, outcome)
     messages.append(_tool_message(call, result.observation))
     if answer_all:
@@ -169,7 +200,6 @@ async def _step(
 
 
 async def _run_call(call: ToolCall, ctx: ToolContext, step: Step, outcome: Outcome) -> ToolResult:
-    step.action = Action(tool=call.name, arguments=call.arguments or {})
     started = time.monotonic()
     result = await run_tool(call, ctx)
     step.tool_ms = int((time.monotonic() - started) * 1000)

@@ -134,6 +134,10 @@ class Step:
     tool_ms: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    interrupted: str | None = None
+    """Why the step ended before it was done (a `FinishReason`: `cancelled`, `timeout`,
+    `llm_error`, `sandbox_error`); its thought and observation are then what was seen
+    live so far. None for a step that ran to its end."""
 
 
 class EventSink(Protocol):

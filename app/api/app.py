@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield {"res": res, "hub": hub, stream.STOPPING: asyncio.Event()}
 
     app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)
-    errors.install(app)
+    errors.install(app, settings)
     middleware.install(app, settings)  # body limits, origins, NUL in URLs, token redaction
     for router in ROUTERS:
         app.include_router(router)

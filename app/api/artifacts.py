@@ -10,10 +10,28 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.api.deps import Res, Tenant
+from app.api.query import known_query_only
 from app.schemas import ArtifactList, ErrorOut
 from app.services import artifacts
+
+
+class AnyPathConvertor(Convertor[str]):
+    """Starlette's `path`, newlines included: its `.*` stops at one, so a stored name with a
+    newline (collected before such names were refused) would be listed but answer 404."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", AnyPathConvertor())
 
 router = APIRouter(prefix="/v1/tasks/{task_id}", tags=["artifacts"])
 
@@ -24,12 +42,17 @@ _BYTES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/artifacts", response_model=ArtifactList, responses=_ERRORS)
+@router.get(
+    "/artifacts",
+    response_model=ArtifactList,
+    responses=_ERRORS,
+    dependencies=[known_query_only()],
+)
 async def list_artifacts(task_id: str, res: Res, tenant: Tenant) -> ArtifactList:
     return await artifacts.list_artifacts(res.sessions, tenant, task_id)
 
 
-# Registered before `/artifacts/{path:path}` so that it is never read as a path.
+# Registered before `/artifacts/{path:anypath}` so that it is never read as a path.
 @router.get("/artifacts.zip", response_class=Response, responses={**_ERRORS, **_BYTES})
 async def zip_artifacts(task_id: str, res: Res, tenant: Tenant) -> Response:
     """Every artifact of the task in one zip."""
@@ -38,7 +61,7 @@ async def zip_artifacts(task_id: str, res: Res, tenant: Tenant) -> Response:
     return Response(content, media_type="application/zip", headers=headers)
 
 
-@router.get("/artifacts/{path:path}", response_class=Response, responses={**_ERRORS, **_BYTES})
+@router.get("/artifacts/{path:anypath}", response_class=Response, responses={**_ERRORS, **_BYTES})
 async def read_artifact(task_id: str, path: str, res: Res, tenant: Tenant) -> Response:
     """One file with its stored Content-Type; HTML, SVG and XML only as attachments."""
     meta, content = await artifacts.read_artifact(res.sessions, tenant, task_id, path)

@@ -1,14 +1,15 @@
 """Every non-2xx answer in the contract's shape: `{"error": {code, message, details}}`.
 
 `install` registers one handler per kind of failure: our `AppError`s, request
-validation, Starlette's HTTP errors (unknown route, wrong method) and anything
-unexpected (500, logged, never a stack trace in the body).
+validation, Starlette's HTTP errors (unknown route, wrong method), Postgres or
+Redis unreachable (503 + Retry-After, `app.outage`) and anything unexpected
+(500, logged, never a stack trace in the body).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -17,7 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, TooManyRequests
+from app import outage
+from app.config import Settings
+from app.errors import AppError
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +39,20 @@ def error_response(
 
 
 async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
-    headers = None
-    if isinstance(exc, TooManyRequests):
-        headers = {"Retry-After": str(exc.retry_after_s)}
-    return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+    return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers() or None)
+
+
+def _backend_error(retry_after_s: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """503 for a driver error that says Postgres or Redis is unreachable; others stay 500."""
+
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        down = outage.unavailable(exc, retry_after_s)
+        if down is None or request.scope["type"] != "http":
+            raise exc  # a bug, not an outage: `_unexpected` answers (and logs) it
+        log.warning("%s %s: %s (%r)", request.method, request.url.path, down.code, exc)
+        return await _app_error(request, down)
+
+    return handle
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -67,8 +80,11 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", "internal server error")
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, settings: Settings) -> None:
     app.exception_handler(AppError)(_app_error)
+    backend_error = _backend_error(settings.unavailable_retry_after_s)
+    for error in outage.LIBRARY_ERRORS:
+        app.exception_handler(error)(backend_error)
     app.exception_handler(RequestValidationError)(_validation_error)
     app.exception_handler(StarletteHTTPException)(_http_error)
     app.exception_handler(Exception)(_unexpected)

@@ -72,6 +72,8 @@ EDGE_ERRORS = {
 KEYED_ERRORS = {
     "401": "No API key, or an unknown or revoked one",
     "429": "Over the tenant's request rate or a queue limit; see Retry-After",
+    "503": "Postgres or Redis unreachable (database_unavailable, redis_unavailable);"
+    " nothing was done; see Retry-After",
 }
 
 

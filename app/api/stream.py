@@ -4,9 +4,12 @@ Both routes only serialise what `services.events.open_stream` yields. WebSocket
 close codes: 1000 after `task.finished`; 4404 unknown (or not your) task; 4401
 no or bad API key (4000 + the HTTP status of the error, in general); 4429 over
 the request rate or the tenant's open-stream cap (SSE: 429); 4408 the
-client fell too far behind: reconnect with `?after=<last seq you saw>`; 1011 a
-server error: reconnect the same way. Idle streams get a `keepalive` message
-(WebSocket) or a `: keepalive` comment (SSE) every `SANDHIVE_STREAM_KEEPALIVE_S`.
+client fell too far behind: reconnect with `?after=<last seq you saw>`; 1013
+Postgres or Redis is unreachable (SSE: 503 + Retry-After before the stream
+starts; a stream already running just ends): reconnect the same way a few
+seconds later; 1011 a server error: reconnect the same way. Idle streams get a
+`keepalive` message (WebSocket) or a `: keepalive` comment (SSE) every
+`SANDHIVE_STREAM_KEEPALIVE_S`.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
+from app import outage
 from app.api import streamcap
 from app.api.deps import Res, Tenant, current_tenant
+from app.api.query import known_query_only
 from app.bus.fanout import LiveHub, SlowConsumer
 from app.errors import AppError, NotFound
 from app.resources import Resources
@@ -38,6 +43,8 @@ router = APIRouter(tags=["events"])
 
 CLOSE_DONE = 1000
 CLOSE_SERVER_ERROR = 1011
+CLOSE_TRY_AGAIN = 1013
+"""RFC 6455 "try again later": a backend the stream needs is unreachable."""
 CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_SLOW = 4408
 CLOSE_WAIT_S = 10.0
@@ -113,11 +120,20 @@ async def _serve(ws: WebSocket, res: Resources, hub: LiveHub, task_id: str, afte
         ):
             return await _pump(ws, opened, task_id, after)
     except AppError as exc:
-        code = 4000 + exc.status if 400 <= exc.status < 500 else CLOSE_SERVER_ERROR
-        return code, exc.message[:100]
-    except Exception:
+        return _closing_for(exc)
+    except Exception as exc:
+        if (down := outage.unavailable(exc, res.settings.unavailable_retry_after_s)) is not None:
+            log.warning("event stream of %s: %s (%r)", task_id, down.code, exc)
+            return _closing_for(down)
         log.exception("event stream of %s failed", task_id)
         return CLOSE_SERVER_ERROR, "server error: reconnect with after=<last seq>"
+
+
+def _closing_for(exc: AppError) -> tuple[int, str]:
+    """4000 + the status of a refusal, 1013 for an outage (503), 1011 for the rest."""
+    if 400 <= exc.status < 500:
+        return 4000 + exc.status, exc.message[:100]
+    return (CLOSE_TRY_AGAIN if exc.status == 503 else CLOSE_SERVER_ERROR), exc.message[:100]
 
 
 @dataclass
@@ -186,7 +202,11 @@ async def _client_gone(ws: WebSocket) -> None:
         pass
 
 
-@router.get("/v1/tasks/{task_id}/events", response_class=StreamingResponse)
+@router.get(
+    "/v1/tasks/{task_id}/events",
+    response_class=StreamingResponse,
+    dependencies=[known_query_only("token")],  # a key where headers cannot go (presented_key)
+)
 async def sse(
     task_id: str,
     res: Res,
@@ -269,6 +289,11 @@ async def _sse_pump(
                 sender.result()  # SlowConsumer, or a server error for the caller to see
     except (SlowConsumer, NotFound):
         return  # the response ends; an EventSource reconnects with Last-Event-ID
+    except Exception as exc:
+        if (backend := outage.backend_down(exc)) is None:
+            raise
+        # Too late for a 503: end the response; the reconnect gets the 503 if still down.
+        log.warning("event stream ended: %s is unreachable (%r)", backend, exc)
 
 
 async def _sse_send_events(

@@ -17,6 +17,7 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from app.api.deps import Res, Tenant
+from app.api.query import known_query_only
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
@@ -179,7 +180,7 @@ async def _input_file(upload: UploadFile) -> dict[str, str]:
     return {"path": upload.filename, "content_base64": base64.b64encode(content).decode()}
 
 
-@router.get("", response_model=TaskList, responses=_ERRORS)
+@router.get("", response_model=TaskList, responses=_ERRORS, dependencies=[known_query_only()])
 async def list_tasks(
     res: Res,
     tenant: Tenant,
@@ -211,6 +212,7 @@ async def cancel_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
     "/{task_id}/trajectory",
     response_model=TrajectoryOut | dict[str, Any],
     responses=_ERRORS,
+    dependencies=[known_query_only()],
 )
 async def get_trajectory(
     task_id: str,

@@ -68,6 +68,9 @@ class Task(Base):
     """Output files left out of the artifacts (caps, symlinks, special files): {path, reason}."""
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    idempotency_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    """sha256 of what a keyed task was submitted with (`services.idempotency`); null on rows
+    stored before it was kept, and on tasks without a key."""
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     """Highest durable event seq; bumped under the row lock so seqs have no gaps."""
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
@@ -105,6 +108,8 @@ class Step(Base):
     tool_ms: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    interrupted: Mapped[str | None] = mapped_column(String(32))
+    """Why the step was cut short (`schemas.StepOut.interrupted`); None when it ran to its end."""
 
 
 class Event(Base):

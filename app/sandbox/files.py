@@ -1,27 +1,27 @@
 """Tar in and out of a sandbox: build archives we trust, read archives we do not.
 
 Pure helpers (no Docker) used by `app.sandbox.docker`. The archive read back
-from a container is hostile: only regular files come out, names are confined
-to the source directory, and every cap is enforced while reading, never after.
+from a container is hostile (`app.sandbox.tar_reader` frames it): only regular
+files come out, names are confined to the source directory and must be
+printable (so that every one listed can be served), and every cap is enforced while
+reading, never after. Each member is kept byte for byte or listed as skipped.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
+import re
 import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-BLOCK = 512
-MAX_META_BYTES = 64 * 2**10
-"""Cap on one pax/GNU long-name header; real ones are a few hundred bytes."""
+from app.sandbox.tar_reader import SPARSE, ArchiveError, ByteSource, Member, TarReader
+
 MAX_SKIPPED_LISTED = 1000
 MAX_PATH_CHARS = 1024
 """Longer artifact paths are skipped: they could not be stored or served sensibly."""
-SKIP_CHUNK = 2**16
 
 _TYPE_REASONS = {
     b"1": "hardlink",
@@ -29,9 +29,14 @@ _TYPE_REASONS = {
     b"3": "device",
     b"4": "device",
     b"6": "fifo",
+    SPARSE: "sparse file",
 }
 _REGULAR = {b"0", b"\0", b"7"}
 _DIRECTORY = b"5"
+_UNUSABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+"""Control characters (C0, DEL, C1) and undecodable bytes (surrogate escapes): a name with
+one is skipped, since routes, headers, logs, terminals and `sandhive run`'s local copy would
+each mangle or refuse it (a newline alone made a listed artifact answer 404)."""
 
 
 @dataclass(frozen=True)
@@ -61,16 +66,6 @@ class Collected:
     files: list[CollectedFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason); archive-level problems use the path ""."""
-
-
-class ByteSource(Protocol):
-    """What we read a tar from: aiohttp's and asyncio's StreamReader both fit."""
-
-    async def readexactly(self, n: int) -> bytes: ...
-
-
-class ArchiveError(Exception):
-    """The archive is malformed or over budget; reading stops."""
 
 
 def normalize_relpath(path: str) -> str:
@@ -113,125 +108,6 @@ def _tarinfo(name: str, kind: bytes, mode: int, size: int, mtime: float) -> tarf
     return info
 
 
-@dataclass
-class Member:
-    """One tar entry after pax/GNU long-name headers have been applied."""
-
-    name: str
-    linkname: str
-    size: int
-    kind: bytes
-
-
-class TarStream:
-    """Reads tar headers and data from a ByteSource, holding at most one member's data."""
-
-    def __init__(self, source: ByteSource, budget: int) -> None:
-        self._source = source
-        self._budget = budget
-        self._pending = 0  # data + padding of the last member not yet consumed
-        self.bytes_read = 0
-
-    async def _read(self, n: int) -> bytes:
-        if self.bytes_read + n > self._budget:
-            raise ArchiveError("archive read limit reached")
-        self.bytes_read += n
-        return await self._source.readexactly(n)
-
-    async def next_member(self) -> Member | None:
-        """The next member, or None at the end-of-archive marker."""
-        await self.skip_data()
-        overrides: dict[str, str] = {}
-        while True:
-            block = await self._read(BLOCK)
-            if block == bytes(BLOCK):
-                return None
-            name, linkname, size, kind = _parse_header(block)
-            if kind not in (b"x", b"g", b"L", b"K"):
-                self._pending = _padded(size)
-                return Member(
-                    overrides.get("path", name), overrides.get("linkpath", linkname), size, kind
-                )
-            if size > MAX_META_BYTES:
-                raise ArchiveError("tar metadata header too large")
-            meta = (await self._read(_padded(size)))[:size]
-            _apply_meta(kind, meta, overrides)
-
-    async def read_data(self, size: int) -> bytes:
-        """The current member's content (size must be its header size)."""
-        data = await self._read(_padded(size))
-        self._pending = 0
-        return data[:size]
-
-    async def skip_data(self) -> None:
-        """Discard the rest of the current member in small pieces."""
-        while self._pending:
-            step = min(self._pending, SKIP_CHUNK)
-            await self._read(step)
-            self._pending -= step
-
-
-def _padded(size: int) -> int:
-    return -(-size // BLOCK) * BLOCK
-
-
-def _parse_header(block: bytes) -> tuple[str, str, int, bytes]:
-    stored = _octal(block[148:156])
-    computed = sum(block[:148]) + 8 * 32 + sum(block[156:])
-    if stored != computed:
-        raise ArchiveError("corrupt tar header (checksum)")
-    name = _cstr(block[0:100])
-    if block[257:265] == b"ustar\x0000" and block[345]:
-        name = _cstr(block[345:500]) + "/" + name
-    return name, _cstr(block[157:257]), _size(block[124:136]), block[156:157]
-
-
-def _cstr(field_bytes: bytes) -> str:
-    return field_bytes.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-
-def _octal(field_bytes: bytes) -> int:
-    text = field_bytes.split(b"\0", 1)[0].strip(b" ")
-    try:
-        return int(text or b"0", 8)
-    except ValueError as exc:
-        raise ArchiveError("corrupt tar header (number)") from exc
-
-
-def _size(field_bytes: bytes) -> int:
-    if field_bytes[0] & 0x80:  # GNU base-256 for sizes past 8 GiB
-        if field_bytes[0] == 0xFF:
-            raise ArchiveError("corrupt tar header (negative size)")
-        return int.from_bytes(bytes([field_bytes[0] & 0x7F]) + field_bytes[1:], "big")
-    return _octal(field_bytes)
-
-
-def _apply_meta(kind: bytes, meta: bytes, overrides: dict[str, str]) -> None:
-    if kind == b"L":
-        overrides["path"] = _cstr(meta)
-    elif kind == b"K":
-        overrides["linkpath"] = _cstr(meta)
-    elif kind == b"x":
-        overrides.update(_pax_records(meta))
-
-
-def _pax_records(meta: bytes) -> dict[str, str]:
-    """Parse "<len> key=value\\n" records; only path and linkpath matter to us."""
-    records: dict[str, str] = {}
-    pos = 0
-    while pos < len(meta):
-        space = meta.find(b" ", pos)
-        length_text = meta[pos:space] if space > pos else b""
-        if not length_text.isdigit() or int(length_text) <= space - pos:
-            raise ArchiveError("corrupt pax header")
-        length = int(length_text)
-        key, _, value = meta[space + 1 : pos + length - 1].partition(b"=")
-        if key in (b"path", b"linkpath"):
-            records[key.decode()] = value.decode("utf-8", "replace")
-        pos += length
-    return records
-
-
 class Collector:
     """Decides, member by member, what comes out of the archive (the caps live here)."""
 
@@ -252,10 +128,10 @@ class Collector:
         return "/".join(parts[1:])
 
     def skip(self, path: str, reason: str) -> None:
-        """Record a skipped entry, listing at most MAX_SKIPPED_LISTED of them."""
+        """Record a skipped entry (its path made printable), listing at most MAX_SKIPPED_LISTED."""
         skipped = self.result.skipped
         if len(skipped) < MAX_SKIPPED_LISTED:
-            skipped.append((path, reason))
+            skipped.append((printable(path)[:MAX_PATH_CHARS], reason))
         elif len(skipped) == MAX_SKIPPED_LISTED:
             skipped.append(("", "more entries skipped"))
 
@@ -275,8 +151,8 @@ class Collector:
 
     def _admit_regular(self, path: str, size: int) -> str | None:
         caps = self.caps
-        if len(path) > MAX_PATH_CHARS or "\0" in path or "\ufffd" in path:
-            self.skip(path[:MAX_PATH_CHARS], "unusable file name")
+        if len(path) > MAX_PATH_CHARS or _UNUSABLE.search(path):
+            self.skip(path, "unusable file name")
             return None
         if path in self.seen:  # a hostile archive may repeat a member
             self.skip(path, "duplicate entry")
@@ -305,18 +181,32 @@ class StopCollect(Exception):
 
 
 async def collect_tar(source: ByteSource, src_dir: str, caps: CollectCaps) -> Collected:
-    """Regular files under src_dir from a tar stream, within caps; problems go to `skipped`."""
-    stream = TarStream(source, caps.archive_budget)
+    """Regular files under src_dir from a tar stream, within caps; problems go to `skipped`.
+
+    Every member is either kept byte for byte or skipped with a reason; when reading
+    stops early, an entry with the path "" says why (the members after it are not read).
+    """
+    reader = TarReader(source, caps.archive_budget)
     collector = Collector(src_dir, caps)
     try:
-        while (member := await stream.next_member()) is not None:
+        while (member := await reader.next_member()) is not None:
             path = collector.admit(member)
             if path is not None:
-                collector.add(path, await stream.read_data(member.size))
+                collector.add(path, await reader.read_data(member.size))
     except StopCollect as stop:
         collector.skip(stop.path, stop.reason)
     except ArchiveError as exc:
         collector.skip("", str(exc))
-    except EOFError:  # asyncio.IncompleteReadError: the stream ended mid-archive
-        collector.skip("", "truncated archive")
     return collector.result
+
+
+def printable(path: str) -> str:
+    """The path with control characters and undecodable bytes as escapes: for display only."""
+    return _UNUSABLE.sub(_escape, path)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+        code -= 0xDC00
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

@@ -12,6 +12,7 @@ Imported by `app.sandbox.docker`, `app.sandbox.network` and whoever builds a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -125,6 +126,10 @@ class SandboxConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     output_cap_bytes: int = 16 * 2**20
     """Per stream and per exec: beyond it only the head and tail halves are kept in memory."""
+    deadline_s: float = defaults.SANDBOX_DEADLINE_S
+    """Seconds from its start after which the container ends and Docker removes it (and its
+    workdir volume) by itself, whether or not any worker is left to do it. Fixed at creation:
+    it must be past anything its task may still do (the task's timeout plus graces)."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:
@@ -143,6 +148,8 @@ class SandboxConfig:
             raise ValueError("ca_bundle must be an absolute host path")
         if self.output_cap_bytes < 2:
             raise ValueError("output_cap_bytes must be at least 2")
+        if not 0 < self.deadline_s < math.inf:
+            raise ValueError(f"deadline_s must be positive and finite, got {self.deadline_s}")
 
 
 def sandbox_config(
@@ -154,6 +161,7 @@ def sandbox_config(
     disk_mb: int,
     network: str,
     workdir: str = defaults.WORKDIR,
+    deadline_s: float = defaults.SANDBOX_DEADLINE_S,
 ) -> SandboxConfig:
     """A task's sandbox request checked against the server's caps; ValueError when it exceeds them.
 
@@ -182,6 +190,7 @@ def sandbox_config(
         read_only_rootfs=caps.read_only_rootfs,
         ca_bundle=caps.ca_bundle if egress is not None else None,
         workdir=workdir,
+        deadline_s=deadline_s,
     )
 
 
@@ -236,13 +245,22 @@ def container_mounts(cfg: SandboxConfig) -> list[dict[str, Any]]:
     return mounts
 
 
+def main_command(deadline_s: float) -> list[str]:
+    """PID 1's child, whose end stops the container: a `sleep` as long as the sandbox may live.
+
+    Whole seconds, rounded up (never shorter than asked). Its end is the sandbox's deadline,
+    kept by the kernel and Docker (with `AutoRemove`), not by any worker.
+    """
+    return ["sleep", str(math.ceil(deadline_s))]
+
+
 def container_config(cfg: SandboxConfig) -> dict[str, Any]:
     """The aiodocker create() body: hardened defaults (ARCHITECTURE.md, RELIABILITY C1 and I-09)."""
     memory = (cfg.memory_mb + cfg.disk_mb) * 2**20
     network = cfg.egress.network if cfg.egress is not None and cfg.network == "egress" else "none"
     return {
         "Image": cfg.image,
-        "Cmd": ["sleep", "infinity"],
+        "Cmd": main_command(cfg.deadline_s),
         "WorkingDir": cfg.workdir,
         "Env": container_env(cfg),
         "Labels": {**cfg.labels, MANAGED_LABEL: "1"},
@@ -281,6 +299,9 @@ def container_config(cfg: SandboxConfig) -> dict[str, Any]:
             "PortBindings": {},
             "PublishAllPorts": False,
             "RestartPolicy": {"Name": "no"},
+            # Once the main command ends (its deadline), the daemon removes the container and
+            # its anonymous volumes (the workdir) itself: nothing is left if no worker returns.
+            "AutoRemove": True,
             "LogConfig": {"Type": "none", "Config": {}},  # PID 1 is `sleep`; nothing to keep
         },
     }

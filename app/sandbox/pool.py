@@ -11,6 +11,11 @@ Labels cannot change after creation, so pooled containers carry the pool's label
 (`sandhive.pool=1`, the worker, the instance) and no task: the reaper removes them
 only when their worker is dead (`app.worker.reaping`); while the worker lives, the
 episode removes a claimed one and `close` removes the rest.
+
+Nor can a container's deadline (`SandboxConfig.deadline_s`, its main command) change,
+and a pooled sandbox is made before its task is known: it gets `max_age_s` (the most it
+waits) plus `task_deadline_s` (the most any task's sandbox needs), and `claim` hands it
+only to a task whose own deadline still fits in what is left of that.
 Imported by the worker pool and `app.episode`.
 """
 
@@ -41,11 +46,17 @@ def pool_labels(instance: str, worker: str) -> dict[str, str]:
 class _Warm:
     box: DockerSandbox
     born: float
+    """Monotonic time from before its creation: its container's clock started after it."""
+
+    def life_left(self, now: float) -> float:
+        """A lower bound of the time until its container's deadline."""
+        return self.box.config.deadline_s - (now - self.born)
 
 
 def shape_of(config: SandboxConfig) -> str:
-    """What two sandboxes must share to be interchangeable: all of the config but labels."""
-    rest = replace(config, labels={}, env={})
+    """What two sandboxes must share to be interchangeable: all of the config but labels
+    and the deadline (the pool's own; `claim` checks it is long enough)."""
+    rest = replace(config, labels={}, env={}, deadline_s=defaults.SANDBOX_DEADLINE_S)
     return repr((rest, sorted(config.env.items())))
 
 
@@ -59,12 +70,14 @@ class WarmPool:
         size: int,
         labels: Mapping[str, str],
         max_age_s: float = defaults.WARM_POOL_MAX_AGE_S,
+        task_deadline_s: float = defaults.SANDBOX_DEADLINE_S,
         max_shapes: int = 4,
     ) -> None:
         self._host = host
         self._size = size
         self._labels = {**labels, POOL_LABEL: "1"}
         self._max_age_s = max_age_s
+        self._deadline_s = max_age_s + task_deadline_s
         self._max_shapes = max_shapes
         self._shapes: dict[str, SandboxConfig] = {}
         self._ready: dict[str, list[_Warm]] = {}
@@ -75,7 +88,7 @@ class WarmPool:
         """Keep sandboxes of this shape ready (the filler starts on first use)."""
         key = shape_of(config)
         if key not in self._shapes and len(self._shapes) < self._max_shapes:
-            self._shapes[key] = replace(config, labels=self._labels)
+            self._shapes[key] = replace(config, labels=self._labels, deadline_s=self._deadline_s)
             self._ready[key] = []
         if self._filler is None and self._size > 0:
             self._filler = asyncio.create_task(self._fill_forever())
@@ -92,16 +105,20 @@ class WarmPool:
                 await asyncio.sleep(0.05)
 
     def claim(self, config: SandboxConfig) -> DockerSandbox | None:
-        """A fresh sandbox of this shape, now, or None (then the shape is learnt for next time)."""
+        """A fresh sandbox of this shape that lives at least `config.deadline_s` more, now,
+        or None (then the shape is learnt for next time)."""
         key = shape_of(config)
         self.start(config)
         waiting = self._ready.get(key, [])
-        while waiting:
-            item = waiting.pop(0)
-            if self._usable(item):
+        now = time.monotonic()
+        for item in list(waiting):
+            if not self._usable(item):
+                waiting.remove(item)
+                self._discard(item)
+            elif item.life_left(now) >= config.deadline_s:
+                waiting.remove(item)
                 self._wake.set()
                 return item.box
-            self._discard(item)
         return None
 
     def _usable(self, item: _Warm) -> bool:
@@ -137,8 +154,9 @@ class WarmPool:
                 waiting.remove(item)
                 self._discard(item)
             while len(waiting) < self._size:
+                born = time.monotonic()
                 box = await self._host.create_sandbox(config)
-                waiting.append(_Warm(box, time.monotonic()))
+                waiting.append(_Warm(box, born))
 
     async def close(self) -> None:
         """Stop refilling and remove every sandbox still waiting."""

@@ -4,7 +4,8 @@ Only containers carrying `sandhive.managed` *and* this deployment's
 `sandhive.instance` label are ever listed, so nothing Sandhive did not create
 (and nothing another deployment created) can be removed. Which of them must go
 is the worker's decision (`app.worker.reaping`), which knows the tasks and the
-live workers; this module only talks to Docker.
+live workers; this module only talks to Docker. Volumes are found the same way:
+each sandbox's workdir volume carries its container's labels (`app.sandbox.policy`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from aiodocker.volumes import DockerVolume
 
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, docker_errors
@@ -101,6 +104,32 @@ async def remove_earlier_attempts(
     """Before attempt N starts, the sandboxes of attempts below N go (on this Docker host)."""
     stale = [c for c in await list_managed(host, instance, task_id=task_id) if c.attempt < attempt]
     return await remove_all(host, stale)
+
+
+async def remove_orphan_volumes(host: DockerHost, instance: str) -> list[str]:
+    """This deployment's volumes that no container uses any more; the names removed.
+
+    A workdir volume goes with its container (`docker rm -v`, or the daemon itself when the
+    sandbox's deadline ends it); one stays behind only when its container went some other
+    way (`docker rm` without -v, a daemon crash mid-removal). Only unreferenced ("dangling")
+    volumes are listed, and the daemon refuses to remove one in use (409), so a sandbox's
+    workdir is never taken from it; such a refusal is left for next time.
+    """
+    wanted = [f"{MANAGED_LABEL}=1", f"{INSTANCE_LABEL}={instance}"]
+    with docker_errors("list sandbox volumes"):
+        listed = await host.api().volumes.list(  # type: ignore[no-untyped-call]
+            filters={"label": wanted, "dangling": ["true"]}
+        )
+    removed = []
+    for volume in listed.get("Volumes") or []:
+        name = str(volume["Name"])
+        try:
+            with docker_errors(f"remove volume {name}"):
+                await DockerVolume(host.api(), name).delete()  # type: ignore[no-untyped-call]
+        except SandboxError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def _int(text: str) -> int:

@@ -19,6 +19,7 @@ from sqlalchemy import delete, func, select
 from app.bus import cancel, keys, leases, queue
 from app.db import models
 from app.db.engine import Sessions
+from app.errors import NotFound
 from app.ids import utc_now
 from app.services.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
 from app.states import FinishReason, TaskStatus
@@ -108,7 +109,13 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
 
 
 async def drain(redis: Redis, worker: str) -> None:
-    """Ask `worker` to stop claiming tasks and exit once its running ones are done."""
+    """Ask `worker` to stop claiming tasks and exit once its running ones are done.
+
+    NotFound unless the worker is alive (its heartbeat): a mistyped name must not be
+    reported as drained, nor leave a flag that stops a later worker of that name.
+    """
+    if not await redis.exists(keys.worker_heartbeat(worker)):
+        raise NotFound(f"no live worker {worker!r} (see `sandhive admin workers`)")
     await redis.set(keys.drain_flag(worker), "1", ex=DRAIN_TTL_S)
 
 

@@ -35,7 +35,7 @@ from app.schemas import (
     TrajectoryOut,
     UsageOut,
 )
-from app.services import backpressure
+from app.services import backpressure, idempotency
 from app.services.events import record_event
 from app.services.visibility import find_task
 from app.specs import TaskSpec, read_spec, stored
@@ -60,12 +60,13 @@ async def submit_task(
     """Store a queued task and enqueue it; (task, created), or the first task for a repeated key."""
     spec = resolve_spec(body, settings)
     files = check_inputs(body, settings)
+    submitted = idempotency.fingerprint(body, files) if idempotency_key is not None else None
     if idempotency_key is not None and (found := await _by_key(sessions, tenant, idempotency_key)):
-        return task_out(found), False
+        return _repeat(found, idempotency_key, submitted), False
     try:
         async with sessions.begin() as session:
             await backpressure.admit(session, settings, tenant)  # 429 when over a limit
-            task = _new_task(tenant, body, spec, idempotency_key)
+            task = _new_task(tenant, body, spec, idempotency_key, submitted)
             session.add(task)
             await session.flush()  # the row first: inputs and events reference it
             session.add_all(models.InputBlob(task_id=task.id, path=p, content=c) for p, c in files)
@@ -76,7 +77,7 @@ async def submit_task(
             found := await _by_key(sessions, tenant, idempotency_key)
         ):
             raise
-        return task_out(found), False
+        return _repeat(found, idempotency_key, submitted), False
     # Invariant 1: the row is committed before any worker can hear of it.
     try:
         await queue.enqueue(redis, task.id)
@@ -87,7 +88,11 @@ async def submit_task(
 
 
 def _new_task(
-    tenant: str, body: TaskCreate, spec: TaskSpec, idempotency_key: str | None
+    tenant: str,
+    body: TaskCreate,
+    spec: TaskSpec,
+    idempotency_key: str | None,
+    fingerprint: str | None,
 ) -> models.Task:
     return models.Task(
         id=new_task_id(),
@@ -99,9 +104,16 @@ def _new_task(
         attempt=0,
         usage=UsageOut().model_dump(),
         idempotency_key=idempotency_key,
+        idempotency_fingerprint=fingerprint,
         last_seq=0,
         created_at=utc_now(),
     )
+
+
+def _repeat(first: models.Task, key: str, submitted: str | None) -> TaskOut:
+    """The first task of a repeated key (422 if the key came with another submission)."""
+    idempotency.check_repeat(first, key, submitted or "")
+    return task_out(first)
 
 
 async def _by_key(sessions: Sessions, tenant: str, key: str) -> models.Task | None:
@@ -178,7 +190,7 @@ async def get_trajectory(
     async with sessions() as session:
         await find_task(session, tenant, task_id)
         rows = await session.scalars(query.order_by(models.Step.attempt, models.Step.index))
-        return TrajectoryOut(task_id=task_id, steps=[step_out(row) for row in rows])
+        return TrajectoryOut(task_id=task_id, steps=[step_of_row(row) for row in rows])
 
 
 async def get_reference_trajectory(
@@ -193,10 +205,10 @@ async def get_reference_trajectory(
             .where(models.Step.task_id == task_id, models.Step.attempt == chosen)
             .order_by(models.Step.index)
         )
-        return reference_trajectory(task.prompt, [step_out(row) for row in rows])
+        return reference_trajectory(task.prompt, [step_of_row(row) for row in rows])
 
 
-def step_out(row: models.Step) -> StepOut:
+def step_of_row(row: models.Step) -> StepOut:
     return StepOut(
         index=row.index,
         attempt=row.attempt,
@@ -210,6 +222,7 @@ def step_out(row: models.Step) -> StepOut:
         tool_ms=row.tool_ms,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
+        interrupted=row.interrupted,
     )
 
 

@@ -485,13 +485,25 @@
       this.action.replaceChildren(...renderAction(step.action));
       show(this.liveOutput, false);
       this.liveOutput.replaceChildren();
-      const head = el("div", { class: "obs-head" }, el("span", { text: "Observation" }), exitBadge(step.exit_code));
+      const cut = step.interrupted ? el("span", { class: "interrupted", text: `interrupted: ${step.interrupted}` }) : null;
+      const title = step.interrupted ? "Output so far" : "Observation";
+      const head = el("div", { class: "obs-head" }, el("span", { text: title }), exitBadge(step.exit_code), cut);
       this.observation.replaceChildren(head, el("pre", { class: "code output", text: step.observation || "" }));
       show(this.observation, true);
+      this.node.dataset.ended = step.interrupted || "";
       const parts = [`model ${formatMs(step.llm_ms)}`];
       if (step.action && step.action.tool !== "submit") parts.push(`tool ${formatMs(step.tool_ms)}`);
       parts.push(`${number.format(step.prompt_tokens)} → ${number.format(step.completion_tokens)} tokens`);
       this.metaLine.textContent = parts.join(" · ");
+    }
+
+    /** The task ended while this card was open and no step.completed came (older tasks). */
+    endWith(reason) {
+      if (this.node.dataset.state === "done") return;
+      this.node.dataset.state = "done";
+      this.node.dataset.ended = reason || "ended";
+      show(this.liveOutput, false);
+      this.metaLine.textContent = `ended: ${reason || "the task finished"}`;
     }
   }
 
@@ -602,6 +614,7 @@
 
   function alertError(error) {
     const node = $("#t-error");
+    node.className = "error";
     node.textContent = error.message;
     show(node, true);
   }
@@ -789,6 +802,7 @@
         case "task.finished":
           this.finished = true;
           this.waiting(null);
+          for (const open of this.cards.values()) open.endWith(data.finish_reason);
           this.renderFinish(data);
           this.reload();
           taskList.refresh();
@@ -837,9 +851,12 @@
         $("#answer-text").textContent = data.answer;
         show($("#answer"), true);
       }
+      const note = $("#t-error");
       if (data.error) {
-        $("#t-error").textContent = `${data.finish_reason || "failed"}: ${data.error}`;
-        show($("#t-error"), true);
+        // A cancel is what someone asked for: a neutral note, not an error.
+        note.className = data.finish_reason === "cancelled" ? "note" : "error";
+        note.textContent = data.finish_reason === "cancelled" ? "Cancelled." : `${data.finish_reason || "failed"}: ${data.error}`;
+        show(note, true);
       }
       this.artifacts.load().catch(alertError);
     }

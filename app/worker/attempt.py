@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from app import logs
+from app import logs, outage
 from app.agent.types import Outcome
 from app.episode import EpisodeResult
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
@@ -66,6 +66,10 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
     except StaleAttempt:
         raise
     except Exception as exc:  # the attempt must end in a terminal state whatever happened
+        if (backend := outage.backend_down(exc)) is not None:
+            # Not the task's fault: it runs again as a new attempt once the backend is back.
+            log.warning("attempt %s/%s lost %s: it will run again", *_ids(started), backend)
+            return End.retry
         log.exception("attempt %s/%s crashed", started.task_id, started.attempt)
         end = TaskEnd(_reason_for(exc), usage=_usage(outcome), error=_describe(exc))
         await attempts.finish_task(ctx.sessions, ctx.redis, started.task_id, started.attempt, end)
@@ -142,6 +146,10 @@ async def _store(ctx: WorkerContext, started: StartedAttempt, result: EpisodeRes
         files,
         skipped=result.skipped,
     )
+
+
+def _ids(started: StartedAttempt) -> tuple[str, int]:
+    return started.task_id, started.attempt
 
 
 def _usage(outcome: Outcome) -> UsageOut:

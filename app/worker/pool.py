@@ -37,7 +37,9 @@ from app.worker.running import End, Running, StopReason
 from app.worker.taking import Taken
 
 log = logging.getLogger(__name__)
-CLAIM_BLOCK_MS = 1_000
+CLAIM_BLOCK_MS = 200
+"""How long one read of the queue blocks: a stop waits for the read in flight, so an idle
+worker exits this soon after SIGTERM (and Settings keeps the Redis socket timeout above it)."""
 RECLAIM_EVERY_S = 1.0
 RETRY_PAUSE_S = 1.0
 MAX_BACKOFF_S = 5.0
@@ -164,7 +166,9 @@ class Worker:
         except (RedisError, OSError) as exc:
             self._backoff = min(max(self._backoff * 2, 0.2), MAX_BACKOFF_S)
             log.warning("cannot read the queue (%r); retrying in %.1f s", exc, self._backoff)
-            await asyncio.sleep(self._backoff)
+            with suppress(TimeoutError):  # a stop ends the pause
+                async with asyncio.timeout(self._backoff):
+                    await self.stopping.wait()
             return None
         self._backoff = 0.0
         return taken

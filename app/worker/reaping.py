@@ -3,10 +3,12 @@
 Run by every worker at start and every `worker_reap_interval_s`. A sandbox
 goes when its task is finished or unknown, when a newer attempt of its task
 started, or when its worker is gone (a warm-pool sandbox, which has no task,
-only then). "Gone" is checked twice, a heartbeat
-period apart, so a Redis that just lost every heartbeat key (a restart without
-persistence) does not make live workers look dead. Containers without our
-labels are never listed (`app.sandbox.reaper`), so never touched.
+only then); then so do this deployment's volumes that no container uses any
+more (a workdir whose container was removed without it). "Gone" is checked
+twice, a heartbeat period apart, so a Redis that just lost every heartbeat key
+(a restart without persistence) does not make live workers look dead.
+Containers without our labels are never listed (`app.sandbox.reaper`), so
+never touched.
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ CONFIRM_FACTOR = 1.5
 
 
 async def reap(ctx: WorkerContext, mine: Collection[str]) -> list[str]:
-    """Remove doomed sandboxes; `mine` are the tasks this worker runs now. The ids removed."""
+    """Remove doomed sandboxes, then orphaned volumes; `mine` are the tasks this worker runs
+    now. The container ids removed."""
+    removed = await _reap_containers(ctx, mine)
+    volumes = await reaper.remove_orphan_volumes(ctx.docker, ctx.instance)
+    if volumes:
+        log.info("reaped %d orphaned sandbox volumes: %s", len(volumes), [v[:12] for v in volumes])
+    return removed
+
+
+async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[str]:
     found = [
         c for c in await reaper.list_managed(ctx.docker, ctx.instance) if c.task_id not in mine
     ]

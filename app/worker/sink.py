@@ -56,7 +56,7 @@ class TaskSink:
 
     async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         # One transaction: this step's row, its step.completed and the next step.started.
-        out = step_out(step, self.attempt)
+        out = stored_step(step, self.attempt)
         await self._durable(
             lambda: attempts.save_step(self.sessions, self.redis, self.task_id, out, next_index)
         )
@@ -127,7 +127,7 @@ class TaskSink:
             log.debug("live event of %s dropped: %r", self.task_id, exc)
 
 
-def step_out(step: Step, attempt: int) -> StepOut:
+def stored_step(step: Step, attempt: int) -> StepOut:
     action = step.action
     return StepOut(
         index=step.index,
@@ -142,4 +142,5 @@ def step_out(step: Step, attempt: int) -> StepOut:
         tool_ms=step.tool_ms,
         prompt_tokens=step.prompt_tokens,
         completion_tokens=step.completion_tokens,
+        interrupted=step.interrupted,
     )

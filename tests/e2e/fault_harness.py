@@ -237,7 +237,11 @@ def check_consistency(
     tasks = {r["id"]: r for r in _sql(url, "SELECT * FROM tasks WHERE id = ANY($1)", task_ids)}
     step_rows = _sql(
         url,
-        "SELECT s.task_id, count(*) AS n FROM steps s JOIN tasks t"
+        # Usage counts the model's answers: a step cut while the model was still answering
+        # is stored (interrupted, with no action) but has no answer to count.
+        "SELECT s.task_id, count(*) FILTER (WHERE s.interrupted IS NULL"
+        " OR jsonb_typeof(s.action) = 'object')"
+        " AS n FROM steps s JOIN tasks t"
         " ON t.id = s.task_id AND t.attempt = s.attempt WHERE s.task_id = ANY($1)"
         " GROUP BY s.task_id",
         task_ids,
@@ -266,10 +270,9 @@ def check_consistency(
         seqs = [event["seq"] for event in events[task_id]]
         assert seqs == list(range(1, len(seqs) + 1)), f"{task_id}: seq gaps {seqs}"
         assert [e["type"] for e in events[task_id]].count("task.finished") == 1
-        # A step cut by the task's timeout counted its LLM call but never completed.
-        extra = 1 if task["finish_reason"] == "timeout" else 0
+        # Every answered step is stored, the one a cancel or timeout cut included.
         usage_steps = json.loads(task["usage"])["steps"]
-        assert usage_steps - steps.get(task_id, 0) in (0, extra), task_id
+        assert usage_steps == steps.get(task_id, 0), task_id
         assert task_id not in with_containers, f"{task_id} still has a sandbox"
     if redis_client is not None:
         pending = redis_client.xpending("sandhive:tasks", "workers")

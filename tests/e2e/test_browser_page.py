@@ -476,6 +476,18 @@ def test_the_cancel_button_cancels_a_running_task(
             assert get_task(service, task_id)["status"] == "cancelled"
             listed = page.locator(f"#task-list a[href='#/tasks/{task_id}'] .dot")
             expect(listed).to_have_class(re.compile(r"\bcancelled\b"), timeout=WAIT_MS)
+            # The cut step is closed with what it printed, and the cancel is no error.
+            card = page.locator("li.step[data-index='0']")
+            expect(card).to_have_attribute("data-state", "done", timeout=WAIT_MS)
+            expect(card.locator(".interrupted")).to_have_text("interrupted: cancelled")
+            expect(card.locator("pre.output")).to_contain_text("waiting to be cancelled")
+            expect(page.locator("#t-error")).to_have_class("note")
+            page.reload()  # the replay alone closes it too: no card stays "thinking…"
+            replayed = page.locator("li.step[data-index='0']")
+            expect(replayed.locator(".interrupted")).to_have_text(
+                "interrupted: cancelled", timeout=WAIT_MS
+            )
+            expect(page.locator("li.step[data-state='running']")).to_have_count(0)
             assert errors == []
         finally:
             browser.close()

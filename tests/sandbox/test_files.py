@@ -188,7 +188,7 @@ async def test_collect_refuses_a_corrupt_header() -> None:
     data[0] ^= 0x20  # "output" becomes "Output": the checksum no longer matches
     got = await collect(bytes(data))
     assert got.files == []
-    assert got.skipped == [("", "corrupt tar header (checksum)")]
+    assert got.skipped == [("", "corrupt tar header (bad checksum)")]
 
 
 async def test_collect_single_file_source() -> None:

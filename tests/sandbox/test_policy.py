@@ -39,7 +39,8 @@ def test_container_config_is_hardened() -> None:
     body = container_config(make_config(cpus=1.5, memory_mb=512, disk_mb=256, pids_limit=128))
     host = body["HostConfig"]
     assert body["Image"] == "img:1"
-    assert body["Cmd"] == ["sleep", "infinity"]
+    assert body["Cmd"] == ["sleep", "14400"]  # defaults.SANDBOX_DEADLINE_S: never infinity
+    assert host["AutoRemove"] is True  # ended at its deadline, Docker removes it and its volume
     assert body["WorkingDir"] == "/testbed"
     assert body["User"] == ""  # root with CapDrop ALL: the documented deviation of C1.1
     assert host["NetworkMode"] == "none"

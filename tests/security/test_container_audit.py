@@ -16,7 +16,7 @@ from app.sandbox import DockerHost
 from app.sandbox.policy import EgressPolicy, SandboxCaps, container_config, sandbox_config
 from app.sandbox.pool import pool_labels
 from app.sandbox.reaper import labels_for
-from tests.support.container_audit import SandboxAuditor, audit
+from tests.support.container_audit import SandboxAuditor, audit, audit_lifetime
 
 IMAGE = "sandhive-sandbox:latest"
 
@@ -48,6 +48,7 @@ async def test_a_sandbox_made_by_the_policy_passes_and_the_watcher_saw_it(
     )
     box = await host.create_sandbox(config)
     assert audit(inspect(box.id)) == []
+    assert audit_lifetime(inspect(box.id)) == []
     for _ in range(100):  # the watcher runs in its own thread: poll it
         if box.id in sandbox_audit.audited:
             break
@@ -70,7 +71,7 @@ def test_the_policy_with_egress_and_a_ca_bundle_passes_in_inspect_form() -> None
     # What `docker inspect` shows for it: HostConfig as sent, Mounts as resolved.
     info = {
         "HostConfig": body["HostConfig"],
-        "Config": {"Labels": body["Labels"]},
+        "Config": {"Labels": body["Labels"], "Cmd": body["Cmd"]},
         "Mounts": [
             {"Type": "volume", "Source": "/var/lib/docker/volumes/x/_data", "RW": True},
             {
@@ -82,6 +83,7 @@ def test_the_policy_with_egress_and_a_ca_bundle_passes_in_inspect_form() -> None
         ],
     }
     assert audit(info) == []
+    assert audit_lifetime(info) == []
 
 
 def test_a_weak_container_is_flagged() -> None:
@@ -114,7 +116,8 @@ def test_a_weak_container_is_flagged() -> None:
     )
     container_id = created.stdout.strip()
     try:
-        problems = " | ".join(audit(inspect(container_id)))
+        info = inspect(container_id)
+        problems = " | ".join(audit(info) + audit_lifetime(info))
     finally:
         subprocess.run(["docker", "rm", "-f", container_id], capture_output=True, check=False)
     for expected in (
@@ -133,6 +136,8 @@ def test_a_weak_container_is_flagged() -> None:
         "no init",
         "restart policy",
         "sandhive.managed",
+        "no AutoRemove",
+        "no deadline",
     ):
         assert expected in problems, (expected, problems)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -332,7 +333,7 @@ RESOURCE_ATTACKS = [
     bash(
         "cd /testbed/output && for i in $(seq 300); do echo $i > f$i.txt; done; "
         "head -c 3000000 /dev/zero > big.bin; d=deep; for i in $(seq 120); do d=$d/d; done; "
-        "mkdir -p $d && echo x > $d/leaf; printf x > \"$(printf 'new\\nline')\"; "
+        "mkdir -p $d && echo x > $d/leaf; printf x > \"$(printf '0new\\nline')\"; "
         "ln -s /etc/passwd link; mkfifo fifo; echo made"
     ),
     bash("echo still usable; ps -e | wc -l"),
@@ -365,6 +366,10 @@ def test_resource_attacks_stay_inside_their_sandbox(
         bomb_seen = observations(client, bomb)
         artifacts = client.get(f"/v1/tasks/{attacked}/artifacts").json()
         archive = client.get(f"/v1/tasks/{attacked}/artifacts.zip").content
+        downloads = [
+            client.get(f"/v1/tasks/{attacked}/artifacts/{quote(item['path'])}").status_code
+            for item in artifacts["items"]
+        ]
     for task_id in (attacked, bomb, canary):
         wait_removed(task_id)
     time.sleep(3)  # the sandboxes are gone: give the kernel a moment to hand their memory back
@@ -434,6 +439,8 @@ def test_resource_attacks_stay_inside_their_sandbox(
     assert all(item["size"] <= 256 * 2**10 for item in items)
     assert sum(item["size"] for item in items) <= 2**20
     assert not {"link", "fifo"} & {item["path"] for item in items}
+    assert downloads == [200] * len(items)  # whatever the names, every listed artifact downloads
+    assert {"path": "0new\\x0aline", "reason": "unusable file name"} in artifacts["skipped"]
     names = zipfile.ZipFile(io.BytesIO(archive)).namelist()
     assert all(not n.startswith("/") and ".." not in n.split("/") for n in names)
 

@@ -9,6 +9,7 @@ every container Sandhive starts (name `sandhive-<12 hex>`, label
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import threading
@@ -83,6 +84,29 @@ def _labels(labels: dict[str, str]) -> list[str]:
         except ValueError:
             problems.append(f"{CREATED_LABEL} {created!r} is not an ISO 8601 time")
     return problems
+
+
+def audit_lifetime(info: dict[str, Any]) -> list[str]:
+    """What keeps a sandbox from ending by itself at its deadline, Docker then removing it
+    (with its workdir volume), so that none outlives its task for good when no worker comes
+    back. Not part of `audit`, which the session-wide watcher runs on every Sandhive
+    container of the host: sandboxes of older checkouts (other sessions) have no deadline."""
+    hc = info.get("HostConfig") or {}
+    config = info.get("Config") or {}
+    problems = []
+    if hc.get("AutoRemove") is not True:
+        problems.append("no AutoRemove: an ended sandbox would stay")
+    cmd = config.get("Cmd") or []
+    if not (len(cmd) == 2 and cmd[0] == "sleep" and _positive_finite(cmd[1])):
+        problems.append(f"no deadline: the main command {cmd} is not `sleep <seconds>`")
+    return problems
+
+
+def _positive_finite(text: str) -> bool:
+    try:
+        return 0 < float(text) < math.inf
+    except ValueError:
+        return False
 
 
 def _privileges(hc: dict[str, Any]) -> list[str]:

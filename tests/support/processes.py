@@ -94,3 +94,22 @@ def running_service(settings: Settings, log_dir: Path) -> Iterator[Service]:
     finally:
         _stop(worker)
         _stop(api)
+
+
+@contextmanager
+def ready_worker(
+    settings: Settings, log: Path, within_s: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `sandhive worker` process that has logged "ready"; killed afterwards if still running."""
+    worker = _spawn(["worker"], settings_env(settings), log)
+    try:
+        deadline = time.monotonic() + within_s
+        while "ready with" not in log.read_text(errors="replace"):
+            assert worker.poll() is None, f"the worker exited early:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"the worker never got ready:\n{log.read_text()}"
+            time.sleep(0.001)
+        yield worker
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

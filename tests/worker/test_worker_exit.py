@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from app.config import Settings
-from tests.support.processes import settings_env
+from tests.support.processes import ready_worker
 
 EXIT_WITHIN_S = 10.0
 """Far above a clean idle exit (well under a second), far below the 30 s grace."""
@@ -31,29 +30,13 @@ def test_sigterm_soon_after_start_ends_the_worker(
     settings: Settings, tmp_path: Path, after_ready_s: float
 ) -> None:
     log = tmp_path / "worker.log"
-    with log.open("wb") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "app", "worker"],
-            env=settings_env(settings),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + START_WITHIN_S
-        while "ready with" not in log.read_text(errors="replace"):
-            assert worker.poll() is None, f"the worker exited early:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"the worker never got ready:\n{log.read_text()}"
-            time.sleep(0.001)
+    with ready_worker(settings, log, START_WITHIN_S) as worker:
         time.sleep(after_ready_s)
         worker.send_signal(signal.SIGTERM)
         try:
             code = worker.wait(timeout=EXIT_WITHIN_S)
         except subprocess.TimeoutExpired:
             pytest.fail(f"SIGTERM did not end the worker in {EXIT_WITHIN_S} s:\n{log.read_text()}")
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
     text = log.read_text(errors="replace")
     assert code == 0, text
     assert "stopped" in text, text

@@ -1,0 +1,158 @@
+"""Build a scorer from its spec: `{"kind": "math", "tolerance": 1e-6}` and the like.
+
+`scorer_for` checks the kind and every option up-front and raises `ValueError` with a
+message fit for an API client, so a bad spec fails when the experiment is created, not
+halfway through it. To add a kind, write a builder and give it a row in `_BUILDERS`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.scoring.extract import DEFAULT_CHOICES
+from app.scoring.instructions import InstructionFollowingScorer
+from app.scoring.math import MathScorer
+from app.scoring.text import (
+    ContainsScorer,
+    ExactScorer,
+    F1Scorer,
+    McqScorer,
+    RegexScorer,
+    RougeLScorer,
+)
+from app.scoring.types import Scorer
+
+_MAX_PATTERN_CHARS = 2000
+
+
+class _Options:
+    """A spec's options, each read once with its type checked; leftovers are refused."""
+
+    def __init__(self, kind: str, spec: Mapping[str, Any]) -> None:
+        self.kind = kind
+        self._left = {key: value for key, value in spec.items() if key != "kind"}
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self._left.pop(name, default)
+        if not isinstance(value, bool):
+            raise self._error(name, "must be true or false", value)
+        return value
+
+    def number(self, name: str, default: float, low: float, high: float) -> float:
+        value = self._left.pop(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._error(name, "must be a number", value)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise self._error(name, f"must be between {low:g} and {high:g}", value)
+        return float(value)
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        value = self._left.pop(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._error(name, f"must be a whole number from {low} to {high}", value)
+        return value
+
+    def text(self, name: str, default: str | None) -> str | None:
+        value = self._left.pop(name, default)
+        if value is not None and not isinstance(value, str):
+            raise self._error(name, "must be a string", value)
+        return value
+
+    def done(self) -> None:
+        if self._left:
+            raise ValueError(
+                f"scorer {self.kind!r} has no option(s) {', '.join(sorted(map(str, self._left)))}"
+            )
+
+    def _error(self, name: str, rule: str, value: object) -> ValueError:
+        return ValueError(f"scorer {self.kind!r}: option {name!r} {rule}, got {value!r}")
+
+
+def _math(options: _Options) -> Scorer:
+    return MathScorer(
+        tolerance=options.number("tolerance", 1e-6, 0.0, 0.5),
+        timeout_s=options.integer("timeout_s", 5, 1, 60),
+    )
+
+
+def _mcq(options: _Options) -> Scorer:
+    choices = options.text("choices", DEFAULT_CHOICES) or ""
+    upper = choices.upper()
+    if not (upper.isascii() and upper.isalpha() and 2 <= len(upper) <= 26):
+        raise ValueError(f"scorer 'mcq': choices must be 2 to 26 letters, got {choices!r}")
+    if len(set(upper)) != len(upper):
+        raise ValueError(f"scorer 'mcq': choices must not repeat a letter, got {choices!r}")
+    return McqScorer(choices=upper)
+
+
+def _exact(options: _Options) -> Scorer:
+    return ExactScorer(**_normalization(options))
+
+
+def _contains(options: _Options) -> Scorer:
+    return ContainsScorer(**_normalization(options))
+
+
+def _normalization(options: _Options) -> dict[str, bool]:
+    case_sensitive = options.flag("case_sensitive", False)
+    squad = options.flag("squad", False)
+    if case_sensitive and squad:
+        raise ValueError(
+            f"scorer {options.kind!r}: squad normalisation lower-cases; it cannot be case_sensitive"
+        )
+    return {"case_sensitive": case_sensitive, "squad": squad}
+
+
+def _regex(options: _Options) -> Scorer:
+    pattern = options.text("pattern", None)
+    if pattern is not None and not 0 < len(pattern) <= _MAX_PATTERN_CHARS:
+        raise ValueError(f"scorer 'regex': pattern must be 1 to {_MAX_PATTERN_CHARS} characters")
+    return RegexScorer(
+        pattern=pattern,
+        flags=options.text("flags", "") or "",
+        fullmatch=options.flag("fullmatch", False),
+    )
+
+
+def _f1(options: _Options) -> Scorer:
+    return F1Scorer()
+
+
+def _rouge_l(options: _Options) -> Scorer:
+    return RougeLScorer(use_stemmer=options.flag("use_stemmer", False))
+
+
+def _instruction_following(options: _Options) -> Scorer:
+    return InstructionFollowingScorer(loose=options.flag("loose", False))
+
+
+_BUILDERS: dict[str, Callable[[_Options], Scorer]] = {
+    "math": _math,
+    "mcq": _mcq,
+    "exact": _exact,
+    "contains": _contains,
+    "regex": _regex,
+    "f1": _f1,
+    "rouge_l": _rouge_l,
+    "instruction_following": _instruction_following,
+}
+
+
+def scorer_kinds() -> list[str]:
+    """The kinds `scorer_for` knows, sorted."""
+    return sorted(_BUILDERS)
+
+
+def scorer_for(spec: Mapping[str, Any]) -> Scorer:
+    """The scorer a spec names, its options checked; `ValueError` says what is wrong."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"a scorer spec must be an object with a 'kind', got {spec!r}")
+    kind = spec.get("kind")
+    if not isinstance(kind, str) or kind not in _BUILDERS:
+        raise ValueError(f"unknown scorer kind {kind!r}; known: {', '.join(scorer_kinds())}")
+    options = _Options(kind, spec)
+    scorer = _BUILDERS[kind](options)
+    options.done()
+    return scorer
