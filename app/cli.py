@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ cli.add_typer(admin_cli, name="admin")  # operations: app/admin_cli.py (docs/ope
 console = Console()
 err_console = Console(stderr=True)
 ROOT = Path(__file__).resolve().parent.parent
+
+if TYPE_CHECKING:
+    from app import demo_client
 
 
 def main() -> None:
@@ -46,6 +49,7 @@ def serve(
 
     settings = Settings()
     logs.setup(settings.log_format, settings.log_level)
+    _warn_without_model(settings, "serve")
     # Head deadline, connection cap, WebSocket message cap: app/api/server.py.
     uvicorn.run(
         create_app(settings), host=host, port=port, log_level="info", **server_options(settings)
@@ -65,18 +69,21 @@ def worker(
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
     from app import logs, metrics
+    from app.scripted.profile import serving
 
     logs.setup(settings.log_format, settings.log_level)
+    _warn_without_model(settings, "worker")
     readiness = Readiness()
     if settings.worker_metrics_port:  # /metrics, /healthz and /readyz
         metrics.serve(settings.worker_metrics_port, readiness=readiness.report)
 
-    async def _main() -> None:
+    async def _main(settings: Settings) -> None:
         pool = Worker(settings, readiness)
         pool.install_signal_handlers()
         await pool.run(burst=burst)
 
-    asyncio.run(_main())
+    with serving(settings) as served:  # the `scripted` profile's server, when it is on
+        asyncio.run(_main(served))
     # Exiting now: spare the interpreter's last garbage collection a walk over every object,
     # a few hundred ms on a busy host and otherwise most of an idle worker's exit.
     gc.freeze()
@@ -160,7 +167,19 @@ def run(
         ),
         "prompt_config": _run_prompt(settings, prompt_config),
     }
-    _run_local(settings, options, _read_inputs(input_dir), output_dir)
+    from app.scripted.profile import serving
+
+    with serving(settings) as served:  # `--llm-profile scripted`: its server, in-process
+        _run_local(served, options, _read_inputs(input_dir), output_dir)
+
+
+def _warn_without_model(settings: Settings, command: str) -> None:
+    """Say at start-up what to set when no real model is configured."""
+    import logging
+
+    notice = settings.no_model_notice()
+    if notice is not None:
+        logging.getLogger("app.cli").warning("sandhive %s: %s", command, notice)
 
 
 def _given(**options: object) -> dict[str, object]:
@@ -173,15 +192,17 @@ def _with_model_flags(
     """`--base-url` and `--api-key` stand in for the `default` profile's URL and key."""
     from pydantic import SecretStr
 
+    from app.config import SCRIPTED_PROFILE
+
     if profile is not None and (base_url or api_key):
         raise typer.BadParameter("--llm-profile names a profile: leave out --base-url/--api-key")
-    update: dict[str, object] = {}
+    update: dict[str, object] = {"scripted_profile": True} if profile == SCRIPTED_PROFILE else {}
     if base_url:
         update["llm_base_url"] = base_url
     if api_key is not None:
         update["llm_api_key"] = SecretStr(api_key)
     if profile is None and not (base_url or settings.llm_base_url):
-        fail("no model: pass --base-url and --model (or try `sandhive demo`)", code=2)
+        fail("no model: pass --base-url and --model (or --llm-profile scripted)", code=2)
     return settings.model_copy(update=update)
 
 
@@ -204,13 +225,30 @@ def _run_prompt(settings: Settings, choice: str) -> str | dict[str, str]:
 @cli.command()
 def demo(
     output_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("output"),
+    api_url: Annotated[
+        str, typer.Option(help="A running service to submit to (else the demo runs locally).")
+    ] = "http://127.0.0.1:8000",
+    api_key: Annotated[
+        str | None, typer.Option(envvar="SANDHIVE_API_KEY", help="Its API key.")
+    ] = None,
+    local: Annotated[bool, typer.Option(help="Run locally even if a service answers.")] = False,
 ) -> None:
-    """Run a canned task against the built-in SCRIPTED model (no real LLM needed)."""
+    """Run a canned task against the built-in SCRIPTED model (no real LLM needed).
+
+    Submitted to the running service when it answers and offers the `scripted` profile
+    (the run then appears in the page), else run locally in a sandbox of its own.
+    """
     from pydantic import SecretStr
 
+    from app import demo_client
     from app.scripted import DEMO_MODEL, DEMO_PROMPT, DEMO_SCRIPT, ScriptedLLMServer
 
     console.print("[bold yellow]SCRIPTED DEMO[/]: the 'model' is a fixed script, not an LLM.")
+    service, why_not = (None, "--local") if local else demo_client.find_service(api_url, api_key)
+    if service is not None:
+        _demo_through(service, DEMO_PROMPT)
+        return
+    console.print(f"running locally ({why_not})")
     with ScriptedLLMServer({DEMO_MODEL: DEMO_SCRIPT}) as server:
         settings = Settings().model_copy(
             update={
@@ -222,6 +260,17 @@ def demo(
             }
         )
         _run_local(settings, {"prompt": DEMO_PROMPT}, [], output_dir)
+
+
+def _demo_through(service: demo_client.Service, prompt: str) -> None:
+    from app import demo_client
+
+    task_id = demo_client.submit(service, prompt, "demo")
+    console.print(f"submitted {task_id}: watch it at {service.url}/#/tasks/{task_id}")
+    task = demo_client.wait(service, task_id)
+    console.print(f"status: [bold]{task['status']}[/] ({task.get('finish_reason')})")
+    if task.get("answer") is not None:
+        console.print(f"answer: {task['answer']}")
 
 
 @image_cli.command("build")

@@ -37,8 +37,31 @@ class LLMProfile(BaseModel):
     models: list[str] = Field(default_factory=list)
     """Models a task may ask for; empty: any (the default model is always allowed)."""
 
+    scripted: bool = False
+    """A scripted stand-in (the built-in `scripted` profile), not a real model."""
+    input_price_per_mtok: float | None = Field(default=None, ge=0)
+    """Optional price of a million input tokens (any currency), shown to users."""
+    output_price_per_mtok: float | None = Field(default=None, ge=0)
+    """Optional price of a million output tokens."""
+
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models or model == self.model
+
+
+SCRIPTED_PROFILE = "scripted"
+"""Name of the built-in scripted profile (`SANDHIVE_SCRIPTED_PROFILE`)."""
+SCRIPTED_MODELS = ("demo", "tour")
+"""Its models: `demo` (three steps) and `tour` (many steps, a failing command, an edit, live
+output, an image artifact); their scripts are in `app.scripted.profile`."""
+NO_MODEL_NOTICE = (
+    "no real model configured: set SANDHIVE_LLM_BASE_URL and SANDHIVE_LLM_MODEL (or "
+    "SANDHIVE_LLM_PROFILES_FILE), or SANDHIVE_SCRIPTED_PROFILE=true for the scripted demo profile"
+)
+
+SCRIPTED_ONLY_NOTICE = (
+    "only the scripted demo profile is configured (a fixed script, not a model): set "
+    "SANDHIVE_LLM_BASE_URL and SANDHIVE_LLM_MODEL (or SANDHIVE_LLM_PROFILES_FILE) for a real one"
+)
 
 
 class Settings(BaseSettings):
@@ -108,6 +131,14 @@ class Settings(BaseSettings):
     """Retries of a failed LLM call (5xx, 429, connection errors)."""
     llm_retry_backoff_s: float = Field(default=defaults.LLM_RETRY_BACKOFF_S, ge=0)
     """First backoff between those retries, doubled each retry (at most 30 s)."""
+
+    scripted_profile: bool = False
+    """Offer the built-in, clearly labelled `scripted` LLM profile: a fixed script, not a model
+    (models `demo` and `tour`), for trying Sandhive without one. The worker (and `sandhive run`)
+    serves it in-process on a loopback port. `make run` turns it on; keep it off in production."""
+    scripted_base_url: str = ""
+    """Where the `scripted` profile's server is; empty: the worker serves its own (the usual
+    case; set it only to share one scripted server, e.g. in a test stack)."""
 
     # The agent: provider kind, prompt configs, multi-call policy (docs/agent.md).
     llm_kind: Literal["openai", "anthropic"] = "openai"
@@ -291,6 +322,18 @@ class Settings(BaseSettings):
     """Queued + running tasks of one tenant beyond which its submissions are answered 429."""
     backpressure_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of those 429s."""
+    experiment_tick_s: float = Field(default=1.0, gt=0)
+    """How often a worker advances experiments: scores finished items, starts pending ones."""
+    experiment_max_rows: int = Field(default=10_000, ge=1)
+    """Dataset rows per experiment (422 above)."""
+    experiment_max_arms: int = Field(default=8, ge=1)
+    """Arms per experiment (422 above)."""
+    experiment_max_attempts: int = Field(default=16, ge=1)
+    """Attempts per row and arm in an experiment (422 above)."""
+    experiment_max_items: int = Field(default=100_000, ge=1)
+    """Rows x arms x attempts of one experiment (422 above)."""
+    experiment_max_concurrency: int = Field(default=256, ge=1)
+    """Most items of one experiment running at once (422 above)."""
     unavailable_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of the 503s a call gets while Postgres (`database_unavailable`) or
     Redis (`redis_unavailable`) is unreachable."""
@@ -347,7 +390,22 @@ class Settings(BaseSettings):
         if self.llm_profiles_file is not None:
             path = self.llm_profiles_file
             profiles.update(_read_profiles(path, path.stat().st_mtime_ns))
+        if self.scripted_profile:
+            profiles[SCRIPTED_PROFILE] = LLMProfile(
+                base_url=self.scripted_base_url,
+                model=SCRIPTED_MODELS[0],
+                models=list(SCRIPTED_MODELS),
+                scripted=True,
+            )
         return profiles
+
+    def no_model_notice(self) -> str | None:
+        """What to set when no real model is configured (start-up logs, the page); else None."""
+        if any(not p.scripted for p in self.llm_profiles().values()):
+            return None
+        if self.scripted_profile:
+            return SCRIPTED_ONLY_NOTICE
+        return NO_MODEL_NOTICE
 
 
 @functools.lru_cache(maxsize=8)

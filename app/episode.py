@@ -3,7 +3,8 @@
 `Runner` is the one way to run a task's episode: the worker, `sandhive run` and
 every later way of starting one call it with a resolved `TaskSpec`. It knows
 nothing of Postgres or Redis; whoever calls it decides where steps and files go
-(through the EventSink and the returned files).
+(through the EventSink and the returned files). A vanilla task (`TaskSpec.mode`) is
+one model call without a sandbox (`app.agent.vanilla`), returned the same way.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import httpx
 
 from app import metrics
 from app.agent.loop import run_agent
 from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
+from app.agent.vanilla import VanillaSpec, embed_documents, run_vanilla
 from app.config import Settings
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
@@ -33,6 +36,7 @@ from app.specs import LLMSpec, TaskSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
+T = TypeVar("T")
 FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
 
@@ -164,16 +168,56 @@ class Runner:
         `model`: None for the client of the spec's LLM profile (closed afterwards).
         `outcome`: the caller's record of steps and usage, filled as the loop goes, so
         it stays right whatever ends the episode (a cancel, an error raised through).
+        A vanilla spec runs `play_vanilla` instead: no sandbox, `labels` unused.
         """
-        if model is not None:
+        own = None
+        if model is None:
+            model = own = self.model(spec.llm)
+        try:
+            if spec.mode == "vanilla":
+                vanilla = self.vanilla(spec, problem, inputs=inputs)
+                return await self.play_vanilla(
+                    vanilla, model, sink, stop=stop, used_s=used_s, outcome=outcome
+                )
             episode = self.episode(spec, problem, labels=labels, inputs=inputs)
             return await self.play(episode, model, sink, stop=stop, used_s=used_s, outcome=outcome)
-        own = self.model(spec.llm)
-        try:
-            episode = self.episode(spec, problem, labels=labels, inputs=inputs)
-            return await self.play(episode, own, sink, stop=stop, used_s=used_s, outcome=outcome)
         finally:
-            await own.aclose()
+            if own is not None:
+                await own.aclose()
+
+    def vanilla(
+        self, spec: TaskSpec, problem: str, *, inputs: Sequence[tuple[str, bytes]] = ()
+    ) -> VanillaSpec:
+        """The one call of a vanilla task: the input files, as text and in order, embedded
+        before the problem, then the task's templates (by default: none, the problem alone)."""
+        documents = [content.decode("utf-8", errors="replace") for _, content in inputs]
+        workdir = self.settings.sandbox_workdir
+        prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=workdir)
+        system, user = render_prompts(prompt, embed_documents(problem, documents))
+        return VanillaSpec(system_prompt=system, user_prompt=user, timeout_s=spec.limits.timeout_s)
+
+    async def play_vanilla(
+        self,
+        vanilla: VanillaSpec,
+        model: ChatModel,
+        sink: EventSink,
+        *,
+        stop: asyncio.Event | None = None,
+        used_s: float = 0.0,
+        outcome: Outcome | None = None,
+    ) -> EpisodeResult:
+        """Ask once, without tools or a sandbox; the response text becomes output/answer.txt,
+        so the answer is read (`EpisodeResult.answer`) and stored as a sandbox task's is."""
+        record = outcome if outcome is not None else Outcome(FinishReason.llm_error)
+        result = EpisodeResult(outcome=record)
+        left = _Deadline(vanilla.timeout_s, used_s).left()
+        call = replace(vanilla, timeout_s=left)
+        answer = await _until_stopped(run_vanilla(call, model, sink, record), record, stop)
+        if record.finish_reason is FinishReason.timeout:  # the limit, not what was left
+            record.error = timeout_error(vanilla.timeout_s)
+        if answer is not None:
+            result.files = [CollectedFile(ANSWER_FILE, answer.encode("utf-8", "replace"))]
+        return result
 
     async def play(
         self,
@@ -322,7 +366,15 @@ async def _run_until_stopped(
 ) -> None:
     """Run the loop into `outcome`; `cancelled` as soon as `stop` is set (the loop is
     cancelled, its steps and usage so far stay in `outcome`)."""
-    agent = asyncio.ensure_future(run_agent(spec, box, model, sink, outcome))
+    await _until_stopped(run_agent(spec, box, model, sink, outcome), outcome, stop)
+
+
+async def _until_stopped(
+    run: Coroutine[Any, Any, T], outcome: Outcome, stop: asyncio.Event | None
+) -> T | None:
+    """`run`'s result; None and `cancelled` as soon as `stop` is set (`run` is cancelled,
+    what it recorded in `outcome` stays)."""
+    agent = asyncio.ensure_future(run)
     stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
         await asyncio.wait([t for t in (agent, stopped) if t is not None], return_when=FIRST)
@@ -334,8 +386,8 @@ async def _run_until_stopped(
         await asyncio.gather(agent, return_exceptions=True)
     if agent.cancelled():
         outcome.finish_reason, outcome.error = FinishReason.cancelled, "cancelled"
-        return
-    agent.result()  # raises what the loop raised
+        return None
+    return agent.result()  # raises what the loop raised
 
 
 async def _remove_quietly(box: DockerSandbox) -> None:

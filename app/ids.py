@@ -25,3 +25,7 @@ def new_task_id() -> str:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def new_experiment_id() -> str:
+    return f"exp_{_ulid()}"

@@ -37,6 +37,8 @@ from app.specs import PromptSpec
 CUSTOM = "custom"
 """The name a task's own {system, instance} pair is stored under."""
 DEFAULT = "general"
+VANILLA = "vanilla"
+"""The name a vanilla task's default prompt (the problem alone) is stored under."""
 _LOC = ["body", "prompt_config"]
 
 
@@ -319,6 +321,17 @@ def resolve_prompt(
         _reject(f"unknown prompt_config {choice!r}; known: {known}")
     check_renders(spec)
     return spec
+
+
+def vanilla_prompt(workdir: str) -> PromptSpec:
+    """A vanilla task's default: no system prompt, the problem as the one user message."""
+    return _from_parts(VANILLA, "", "", dirs=(None, None, None), workdir=workdir)
+
+
+def is_sandbox_builtin(spec: PromptSpec) -> bool:
+    """A built-in config as it is (not replaced by a file): its words are about the sandbox."""
+    config = BUILTIN.get(spec.name)
+    return config is not None and (spec.system, spec.instance) == (config.system, config.instance)
 
 
 def load_prompt_file(path: Path, *, workdir: str) -> PromptSpec:

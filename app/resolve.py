@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
-from app.prompt_configs import CUSTOM, resolve_prompt
+from app.prompt_configs import CUSTOM, DEFAULT, is_sandbox_builtin, resolve_prompt, vanilla_prompt
 from app.schemas import (
     InputFile,
     Limits,
@@ -59,17 +59,22 @@ def resolve_spec(body: TaskCreate, settings: Settings) -> TaskSpec:
         limits=_resolve_limits(body.limits, settings, problems),
         sandbox=_resolve_sandbox(body.sandbox, settings, problems),
         tools=_resolve_tools(body.tools, settings, problems),
-        **_resolve_prompt(body.prompt_config, settings, problems),
+        **_resolve_prompt(body.prompt_config, settings, problems, vanilla=body.mode == "vanilla"),
+        mode=body.mode,
     )
+    if body.mode == "vanilla" and body.tools.model_fields_set:
+        msg = "a vanilla task offers the model no tools: leave tools out"
+        problems.append(problem(("tools",), msg, "not_available"))
     if problems:
         raise InvalidInput(_summary(problems), details=problems)
     return spec
 
 
 def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -> LLMSpec:
-    profile = settings.llm_profiles().get(llm.profile)
+    profiles = settings.llm_profiles()
+    profile = profiles.get(llm.profile)
     if profile is None:
-        problems.append(problem(("llm", "profile"), f"unknown llm profile {llm.profile!r}"))
+        problems.append(_unknown_profile(llm.profile, sorted(profiles)))
     model = llm.model or (profile.model if profile else "")
     if profile is not None and not model:
         problems.append(problem(("llm", "model"), "no model given and the profile has none"))
@@ -92,6 +97,16 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
     )
 
 
+def _unknown_profile(name: str, available: list[str]) -> Problem:
+    """The problem of an unknown profile, naming the ones there are (or what to configure)."""
+    if available:
+        there = f"available: {', '.join(available)}"
+    else:
+        there = "none is configured (SANDHIVE_LLM_BASE_URL, or SANDHIVE_SCRIPTED_PROFILE=true)"
+    msg = f"unknown llm profile {name!r}; {there}"
+    return problem(("llm", "profile"), msg, "unknown_profile", available=available)
+
+
 def _resolve_tools(tools: ToolsOptions, settings: Settings, problems: list[Problem]) -> ToolsSpec:
     """The multi-call policy made explicit: the task's, the server's, else the profile's."""
     if tools.shell == "persistent" and not settings.sandbox_exec_channel:
@@ -106,9 +121,16 @@ def _resolve_tools(tools: ToolsOptions, settings: Settings, problems: list[Probl
 
 
 def _resolve_prompt(
-    choice: str | PromptPair, settings: Settings, problems: list[Problem]
+    choice: str | PromptPair, settings: Settings, problems: list[Problem], *, vanilla: bool
 ) -> dict[str, Any]:
-    """`prompt_config` (the name) and `prompt` (templates and directories) for the TaskSpec."""
+    """`prompt_config` (the name) and `prompt` (templates and directories) for the TaskSpec.
+
+    Vanilla: the default is the problem alone; a built-in config (written for the sandbox)
+    is refused; a custom pair or a configs-directory file is the arm's own template.
+    """
+    if vanilla and choice == DEFAULT:
+        prompt = vanilla_prompt(settings.sandbox_workdir)
+        return {"prompt_config": prompt.name, "prompt": prompt}
     try:
         prompt = resolve_prompt(
             choice, workdir=settings.sandbox_workdir, configs_dir=settings.prompt_configs_dir
@@ -116,6 +138,9 @@ def _resolve_prompt(
     except InvalidInput as exc:
         problems.append(problem(("prompt_config",), exc.message))
         return {"prompt_config": choice if isinstance(choice, str) else CUSTOM, "prompt": None}
+    if vanilla and is_sandbox_builtin(prompt):
+        msg = f"{prompt.name!r} is a sandbox prompt; a vanilla task takes the default or its own"
+        problems.append(problem(("prompt_config",), msg))
     size = len(prompt.system) + len(prompt.instance)
     if size > settings.max_prompt_chars:
         msg = f"templates longer than {settings.max_prompt_chars} characters"
@@ -229,6 +254,8 @@ def check_inputs(body: TaskCreate, settings: Settings) -> list[tuple[str, bytes]
     for i, item in enumerate(body.input_files):
         _check_path(i, item.path, seen)
         content = _decode(i, item, settings.max_input_file_bytes)
+        if body.mode == "vanilla":
+            _check_text_file(i, content)
         total += len(content)
         if total > settings.max_input_total_bytes:
             _too_large(("input_files",), "in total", settings.max_input_total_bytes)
@@ -259,6 +286,16 @@ def _check_path(i: int, path: str, seen: set[str]) -> None:
     if path in seen:
         _reject(loc, f"duplicate path {path!r}")
     seen.add(path)
+
+
+def _check_text_file(i: int, content: bytes) -> None:
+    """A vanilla task's input files are embedded in its message, so they must be text."""
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        _reject(
+            ("input_files", i, "content_base64"), "a vanilla task's input files must be UTF-8 text"
+        )
 
 
 def _decode(i: int, item: InputFile, max_bytes: int) -> bytes:

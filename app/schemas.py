@@ -191,6 +191,9 @@ class TaskCreate(_Strict):
     prompt_config: PromptConfigName | PromptPair = "general"
     input_files: list[InputFile] = Field(default_factory=list, max_length=MAX_INPUT_FILES)
     metadata: JsonObject = Field(default_factory=dict)
+    mode: Literal["sandbox", "vanilla"] = "sandbox"
+    """`vanilla`: the prompt (with the input files, as text, embedded) in one model call,
+    no tools and no sandbox; the answer is the response text (docs/agent.md)."""
 
     @model_validator(mode="after")
     def _storable_text(self) -> TaskCreate:
@@ -302,6 +305,28 @@ class ArtifactList(BaseModel):
     items: list[ArtifactOut]
     skipped: list[SkippedArtifact] = Field(default_factory=list)
     """Output files that are not in `items`, and why."""
+
+
+class LLMProfileOut(BaseModel):
+    """A server-side LLM profile as a tenant sees it: never its URL or key."""
+
+    name: str
+    kind: Literal["openai", "anthropic"]
+    """Wire format."""
+    model: str
+    """The default model (a task's `llm.model` when it does not say)."""
+    models: list[str]
+    """Models a task may ask for; empty: any."""
+    scripted: bool
+    """A fixed script standing in for a model (the `scripted` demo profile)."""
+    input_price_per_mtok: float | None = None
+    output_price_per_mtok: float | None = None
+
+
+class LLMProfileList(BaseModel):
+    profiles: list[LLMProfileOut]
+    notice: str | None = None
+    """What to set when no real model is configured; null when one is."""
 
 
 class ErrorBody(BaseModel):

@@ -84,6 +84,9 @@ class TaskSpec(_Stored):
     prompt_config: str
     prompt: PromptSpec | None = None
     """None only in tasks stored before prompt configs were resolved at submit time."""
+    mode: Literal["sandbox", "vanilla"] = "sandbox"
+    """`vanilla`: one model call, no tools and no sandbox (the paper's baseline).
+    Tasks stored before the field existed ran in a sandbox."""
 
 
 def stored(spec: TaskSpec) -> dict[str, Any]:

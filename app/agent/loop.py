@@ -83,13 +83,13 @@ async def run_agent(
     except SandboxError as exc:
         _finish(outcome, FinishReason.sandbox_error, exc.message)
     except asyncio.CancelledError:
-        await _report_cut(flight, sink, outcome, FinishReason.cancelled)
+        await report_cut(flight, sink, outcome, FinishReason.cancelled)
         raise
-    await _report_cut(flight, sink, outcome, outcome.finish_reason)
+    await report_cut(flight, sink, outcome, outcome.finish_reason)
     return outcome
 
 
-async def _report_cut(
+async def report_cut(
     flight: InFlight, sink: EventSink, outcome: Outcome, reason: FinishReason
 ) -> None:
     """Store the step the run was cut in, as far as it got, so no started step stays open."""
@@ -178,7 +178,7 @@ async def _step(
     async with live.model_deltas(sink, index) as on_delta:  # llm.delta while it streams
         completion = await model.complete(messages, tools, flight.tee_delta(on_delta))
     step.llm_ms = int((time.monotonic() - started) * 1000)
-    _account_llm(outcome, step, completion)
+    account_llm(outcome, step, completion)
     messages.append(completion.message)
     if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
         # The package answers "no usable call" with a user message, not a tool message.
@@ -211,7 +211,7 @@ async def _run_call(call: ToolCall, ctx: ToolContext, step: Step, outcome: Outco
     return result
 
 
-def _account_llm(outcome: Outcome, step: Step, completion: Completion) -> None:
+def account_llm(outcome: Outcome, step: Step, completion: Completion) -> None:
     step.thought = completion.content
     step.reasoning = completion.reasoning
     step.prompt_tokens = completion.prompt_tokens

@@ -13,7 +13,18 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app import __version__
-from app.api import artifacts, errors, metrics, middleware, ops, page, stream, tasks
+from app.api import (
+    artifacts,
+    errors,
+    experiments,
+    llm,
+    metrics,
+    middleware,
+    ops,
+    page,
+    stream,
+    tasks,
+)
 from app.api.deps import open_api_resources
 from app.config import Settings
 
@@ -21,8 +32,10 @@ ROUTERS: tuple[APIRouter, ...] = (
     ops.router,
     metrics.router,
     tasks.router,
+    experiments.router,
     artifacts.router,
     stream.router,
+    llm.router,
     page.router,
 )
 

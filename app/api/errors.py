@@ -58,7 +58,19 @@ def _backend_error(retry_after_s: int) -> Callable[[Request, Exception], Awaitab
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
     # Only where and what: echoing `input` could send a huge or secret value back.
     details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-    return error_response(422, "invalid_input", "the request is not valid", details)
+    return error_response(422, "invalid_input", validation_message(details), details)
+
+
+def validation_message(details: list[dict[str, Any]]) -> str:
+    """The first problem, located: `limits.max_steps: Input should be ...` (+ how many more)."""
+    if not details:
+        return "the request is not valid"
+    first = details[0]
+    loc = [str(part) for part in first["loc"]]
+    where = ".".join(loc[1:] if loc[:1] in (["body"], ["query"], ["path"], ["header"]) else loc)
+    text = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+    return f"{where}: {text}{more}" if where else f"{text}{more}"
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -8,6 +8,7 @@ from typing import Any, cast
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -152,6 +153,55 @@ class ApiKey(Base):
     key_sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     revoked_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class Experiment(Base):
+    """An evaluation run: a dataset's rows x arms x attempts, each item run as a task."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (Index("ix_experiments_tenant_created", "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    """`running`, `finished` or `cancelled`."""
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    """Arms (name, mode, task options), scorer spec, attempts, concurrency."""
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class ExperimentItem(Base):
+    """One row x arm x attempt of an experiment: at most one task, scored at most once."""
+
+    __tablename__ = "experiment_items"
+    __table_args__ = (Index("ix_experiment_items_experiment_status", "experiment_id", "status"),)
+
+    experiment_id: Mapped[str] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    row_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    """Start order: attempt, then row, then arm."""
+    row: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    task_id: Mapped[str | None] = mapped_column(String(40), unique=True)
+    """No foreign key: pruning old tasks must not take an experiment's results with it."""
+    status: Mapped[str] = mapped_column(String(16))
+    """`pending`, `running`, `scored`, `error` or `cancelled`."""
+    score: Mapped[float | None] = mapped_column(Float)
+    error_kind: Mapped[str | None] = mapped_column(String(16))
+    """`agent`, `infrastructure` or `scorer` when `status` is `error`."""
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    answer: Mapped[str | None] = mapped_column(Text)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
 
 
 # The Core tables, typed, for the per-step writes that skip the ORM's bulk paths

@@ -4,8 +4,9 @@ Mounted by `app.scripted.server.create_app` next to the OpenAI routes and driven
 by the same `Script`s (the model name picks the script, the number of
 assistant messages picks the turn). It checks what a real Anthropic server
 checks and our client could get wrong: the version header, `max_tokens`, the
-three tools, every `tool_use` answered by a `tool_result` in the next user
-message, and thinking blocks sent back unmodified (with their signature).
+three tools (none for a `tools="none"` script), every `tool_use` answered by a
+`tool_result` in the next user message, and thinking blocks sent back unmodified
+(with their signature).
 Answers plainly or as Server-Sent Events when the request says `stream`.
 """
 
@@ -20,7 +21,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.scripted.script import (
-    REQUIRED_TOOLS,
     Script,
     ScriptBook,
     Turn,
@@ -28,6 +28,7 @@ from app.scripted.script import (
     context_overflow,
     pick_turn,
     prompt_tokens_of,
+    tools_problem,
 )
 from app.scripted.stream import stream_events
 
@@ -83,9 +84,11 @@ def check_request(script: Script, body: dict[str, Any]) -> str | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-    if missing := [n for n in REQUIRED_TOOLS if n not in names]:
-        return f"request lacks tools {missing}"
+    if script.tools == "none" and ("tools" in body or "tool_choice" in body):
+        return "a no-tools request must send neither tools nor tool_choice"
+    names = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+    if (problem := tools_problem(script, names)) is not None:
+        return problem
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict) or not isinstance(tool.get("input_schema"), dict):
             return "tools: every tool needs an input_schema object"

@@ -3,7 +3,8 @@
 Answers a chat completion for the turn the request asks for (plainly, or as
 Server-Sent Events when it says `"stream": true`), or the failure its script
 prescribes. Records a failure when a request does not offer the three agent
-tools, and answers HTTP 409 when a turn's `expect` does not hold.
+tools (or, for a `tools="none"` script, offers any, or sends `tool_choice`), and
+answers HTTP 409 when a turn's `expect` does not hold.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.scripted.script import (
-    REQUIRED_TOOLS,
     Script,
     ScriptBook,
     Turn,
     check_expect,
     context_overflow,
     pick_turn,
+    tools_problem,
 )
 from app.scripted.stream import streaming_response
 
@@ -66,7 +67,7 @@ async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, s
     overflow = context_overflow(script, body)
     if overflow is not None:
         return error_response(400, overflow, "context_length_exceeded")
-    check_tools(book, model, body.get("tools"))
+    check_tools(book, model, script, body)
     index = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     turn = pick_turn(script, index)
     mismatch = check_expect(turn, messages)
@@ -81,15 +82,19 @@ async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, s
     return JSONResponse(completion)
 
 
-def check_tools(book: ScriptBook, model: str, tools: Any) -> None:
-    """Record a failure when the request does not offer all three agent tools."""
-    names = set()
+def check_tools(book: ScriptBook, model: str, script: Script, body: dict[str, Any]) -> None:
+    """Record a failure when the request's tools are not what the script expects."""
+    tools = body.get("tools")
+    if script.tools == "none" and ("tools" in body or "tool_choice" in body):
+        book.fail(f"{model}: a no-tools request must send neither tools nor tool_choice")
+        return
+    names = []
     for tool in tools if isinstance(tools, list) else []:
         if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
-            names.add(tool["function"].get("name"))
-    missing = [name for name in REQUIRED_TOOLS if name not in names]
-    if missing:
-        book.fail(f"{model}: request lacks tool schemas {missing}")
+            names.append(tool["function"].get("name"))
+    problem = tools_problem(script, names)
+    if problem is not None:
+        book.fail(f"{model}: {problem}")
 
 
 def render_completion(model: str, index: int, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class Script:
     """Refuse (HTTP 400) a request whose prompt (chars / 4) plus max_tokens exceeds this."""
     context_error: Literal["sglang", "openai", "vague"] = "sglang"
     """How that refusal reads: naming both numbers (two dialects) or neither."""
+    tools: Literal["agent", "none"] = "agent"
+    """What requests must offer: the three agent tools, or (a vanilla task) no tools at all."""
 
     def fails(self, count: int) -> bool:
         """Whether request number `count` (1-based) gets the scripted HTTP failure."""
@@ -129,6 +131,18 @@ class ScriptBook:
         """The (lower-cased) HTTP headers of the newest chat request for this model."""
         with self._lock:
             return self._last_headers.get(model)
+
+
+def tools_problem(script: Script, names: Sequence[object]) -> str | None:
+    """What is wrong with the tools a request offers (by name) for this script, or None."""
+    if script.tools == "none":
+        return (
+            f"request offers tools {sorted(map(str, names))} to a no-tools script"
+            if names
+            else None
+        )
+    missing = [name for name in REQUIRED_TOOLS if name not in names]
+    return f"request lacks tools {missing}" if missing else None
 
 
 def prompt_tokens_of(body: Mapping[str, Any]) -> int:

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.bus import queue
 from app.config import Settings
@@ -66,11 +67,9 @@ async def submit_task(
     try:
         async with sessions.begin() as session:
             await backpressure.admit(session, settings, tenant)  # 429 when over a limit
-            task = _new_task(tenant, body, spec, idempotency_key, submitted)
-            session.add(task)
-            await session.flush()  # the row first: inputs and events reference it
-            session.add_all(models.InputBlob(task_id=task.id, path=p, content=c) for p, c in files)
-            await record_event(session, task.id, "task.queued", {"status": TaskStatus.queued})
+            task = await store_task(
+                session, _new_task(tenant, body, spec, idempotency_key, submitted), files
+            )
     except IntegrityError:
         # Two requests raced with one key: the unique constraint let only one in.
         if idempotency_key is None or not (
@@ -85,6 +84,22 @@ async def submit_task(
         # Accepted all the same: the workers' reconciliation enqueues committed rows.
         log.warning("could not enqueue %s (reconciliation will): %r", task.id, exc)
     return task_out(task), True
+
+
+async def store_task(
+    session: AsyncSession, task: models.Task, files: list[tuple[str, bytes]]
+) -> models.Task:
+    """Add a new queued task, its input files and its `task.queued` event to the transaction."""
+    session.add(task)
+    await session.flush()  # the row first: inputs and events reference it
+    session.add_all(models.InputBlob(task_id=task.id, path=p, content=c) for p, c in files)
+    await record_event(session, task.id, "task.queued", {"status": TaskStatus.queued})
+    return task
+
+
+def new_task(tenant: str, body: TaskCreate, spec: TaskSpec) -> models.Task:
+    """A queued task's row, as a submission without an Idempotency-Key makes it."""
+    return _new_task(tenant, body, spec, None, None)
 
 
 def _new_task(

@@ -177,10 +177,55 @@
       this.label();
       this.close();
       taskList.refresh();
+      profiles.refresh();
       if (router.view) router.view.reconnectNow();
     },
     label() {
       $("#key-toggle").textContent = auth.key ? "API key ✓" : "API key";
+    },
+    placeholder(required) {
+      $("#key-input").placeholder = required
+        ? "the key printed by sandhive keys create"
+        : "not needed: auth is disabled on this server";
+    },
+  };
+
+  // ------------------------------------------------------------------ LLM profiles (the form's picker)
+
+  const profiles = {
+    list: [],
+    async refresh() {
+      let body;
+      try {
+        body = await apiJson("/v1/llm/profiles");
+      } catch (error) {
+        if (error.status === 401) keyPanel.placeholder(true);
+        return;
+      }
+      if (!auth.key) keyPanel.placeholder(false); // answered without a key: auth is disabled
+      this.list = body.profiles;
+      this.render(body.notice);
+    },
+    render(notice) {
+      const select = $("#task-form").elements.profile;
+      const chosen = select.value;
+      select.replaceChildren(
+        ...this.list.map((p) =>
+          el("option", { value: p.name, text: p.scripted ? `${p.name} (scripted demo, not a real model)` : `${p.name} (${p.kind})` }),
+        ),
+      );
+      if (this.list.some((p) => p.name === chosen)) select.value = chosen;
+      const node = $("#model-notice");
+      node.textContent = this.list.length ? notice || "" : "No model configured: set SANDHIVE_LLM_BASE_URL and SANDHIVE_LLM_MODEL, or SANDHIVE_SCRIPTED_PROFILE=true for the scripted demo profile, then restart the service.";
+      show(node, Boolean(node.textContent));
+      this.picked();
+    },
+    picked() {
+      const form = $("#task-form");
+      const profile = this.list.find((p) => p.name === form.elements.profile.value);
+      const models = profile ? [...new Set([profile.model, ...profile.models].filter(Boolean))] : [];
+      $("#profile-models").replaceChildren(...models.map((m) => el("option", { value: m })));
+      form.elements.model.placeholder = profile && profile.model ? `${profile.model} (profile default)` : "profile default";
     },
   };
 
@@ -928,6 +973,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     keyPanel.init();
     submitForm.init();
+    $("#task-form").elements.profile.addEventListener("change", () => profiles.picked());
+    profiles.refresh();
     taskList.init();
     router.init();
   });

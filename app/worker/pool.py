@@ -27,7 +27,7 @@ from app.episode import open_runner
 from app.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.sandbox.pool import pool_labels
-from app.services import admin
+from app.services import admin, experiment_runner
 from app.worker import heartbeat, reaping, taking
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
@@ -104,6 +104,11 @@ class Worker:
         chores.start(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once)
         chores.start(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running))
         chores.start(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx))
+        chores.start(
+            s.experiment_tick_s,
+            "experiments",
+            lambda: experiment_runner.advance_all(ctx.sessions, ctx.redis, s),
+        )
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         try:

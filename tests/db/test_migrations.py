@@ -18,7 +18,16 @@ from app.db.models import Base
 from tests.conftest import ADMIN_URL
 from tests.support.database import alembic_config, create_database, drop_database, upgrade_to_head
 
-MODEL_TABLES = {"tasks", "task_inputs", "steps", "events", "artifacts", "api_keys"}
+MODEL_TABLES = {
+    "tasks",
+    "task_inputs",
+    "steps",
+    "events",
+    "artifacts",
+    "api_keys",
+    "experiments",
+    "experiment_items",
+}
 
 
 @pytest.fixture

@@ -229,7 +229,7 @@ def drop_file(page: Page, name: str, text: str) -> None:
 def fill_the_form(page: Page, prompt: str, model: str, tools: str) -> None:
     page.fill("#prompt", prompt)
     page.click(".options summary")
-    page.fill("input[name=profile]", PROFILE)
+    page.select_option("select[name=profile]", PROFILE)  # the picker, filled from /v1/llm/profiles
     page.fill("input[name=model]", model)
     page.select_option("select[name=tools]", tools)
     page.fill("input[name=max_steps]", "10")
@@ -516,6 +516,10 @@ def test_the_page_asks_for_a_key_and_streams_with_it(
             page = browser.new_page()
             page.goto(f"{keyed_service.base_url}/")
             expect(page.locator("#key-panel")).to_be_visible(timeout=WAIT_MS)  # the list got a 401
+            expect(page.locator("#key-panel")).to_contain_text("sandhive keys create --tenant NAME")
+            expect(page.locator("#key-input")).to_have_attribute(
+                "placeholder", "the key printed by sandhive keys create"
+            )
             page.fill("#key-input", ADMIN_KEY)
             page.click("#key-panel button[type=submit]")
             expect(page.locator("#key-toggle")).to_have_text("API key ✓")

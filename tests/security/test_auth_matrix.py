@@ -33,6 +33,13 @@ PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics", "/", "/static/{name}"}
 """Routes outside /v1: probes, metrics (no tenant data) and the browser page (asks for a key)."""
 WAIT_S = 20.0
 TASK = {"prompt": "compute", "metadata": {"n": 1}}
+EXPERIMENT = {
+    "name": "e",
+    "dataset": {"rows": [{"id": "r", "problem_statement": "p", "ground_truth": "1"}]},
+    "arms": [{"name": "a"}],
+    "scorer": {"kind": "exact"},
+}
+UNKNOWN_EXPERIMENT = "exp_01JZZZZZZZZZZZZZZZZZZZZZZZ"
 
 
 def operations(settings: Settings) -> list[tuple[str, str]]:
@@ -46,8 +53,12 @@ def operations(settings: Settings) -> list[tuple[str, str]]:
     ]
 
 
-def fill(path: str, task_id: str) -> str:
-    return path.replace("{task_id}", task_id).replace("{path}", "answer.txt")
+def fill(path: str, task_id: str, experiment_id: str = UNKNOWN_EXPERIMENT) -> str:
+    return (
+        path.replace("{task_id}", task_id)
+        .replace("{path}", "answer.txt")
+        .replace("{experiment_id}", experiment_id)
+    )
 
 
 def bad_credentials(k: TenantKeys) -> dict[str, dict[str, str]]:
@@ -73,6 +84,13 @@ async def a_task_with_everything(client: httpx.AsyncClient, sessions: Sessions, 
     return task_id
 
 
+async def an_experiment(client: httpx.AsyncClient, key: str) -> str:
+    response = await client.post("/v1/experiments", json=EXPERIMENT, headers=bearer(key))
+    assert response.status_code == 202, response.text
+    experiment_id: str = response.json()["id"]
+    return experiment_id
+
+
 async def call(
     client: httpx.AsyncClient,
     method: str,
@@ -80,7 +98,8 @@ async def call(
     headers: dict[str, str],
     params: dict[str, str] | None = None,
 ) -> httpx.Response:
-    body: Any = TASK if (method, path) == ("POST", "/v1/tasks") else None
+    bodies = {("POST", "/v1/tasks"): TASK, ("POST", "/v1/experiments"): EXPERIMENT}
+    body: Any = bodies.get((method, path))
     return await client.request(method, path, json=body, headers=headers, params=params)
 
 
@@ -91,11 +110,12 @@ async def test_every_operation_but_the_public_ones_needs_a_valid_key(
     tenant_keys: TenantKeys,
 ) -> None:
     task_id = await a_task_with_everything(keyed_client, sessions, tenant_keys.a)
+    experiment_id = await an_experiment(keyed_client, tenant_keys.a)
     ops = operations(keyed_settings)
     assert ("POST", "/v1/tasks/{task_id}/cancel") in ops
     assert ("GET", "/v1/tasks/{task_id}/events") in ops
     for method, template in ops:
-        path = fill(template, task_id)
+        path = fill(template, task_id, experiment_id)
         if (method, template) in PUBLIC:
             assert (await call(keyed_client, method, path, {})).status_code < 500
             continue
@@ -183,15 +203,22 @@ async def test_another_tenants_ids_answer_exactly_like_unknown_ones(
     tenant_keys: TenantKeys,
 ) -> None:
     a_task = await a_task_with_everything(keyed_client, sessions, tenant_keys.a)
+    an_exp = await an_experiment(keyed_client, tenant_keys.a)
     unknown = "tsk_01JZZZZZZZZZZZZZZZZZZZZZZZ"
     for method, template in operations(keyed_settings):
-        if "{task_id}" not in template:
+        if "{experiment_id}" in template:
+            theirs, none = fill(template, "", an_exp), fill(template, "")
+            own, absent = an_exp, UNKNOWN_EXPERIMENT
+        elif "{task_id}" in template:
+            theirs, none = fill(template, a_task), fill(template, unknown)
+            own, absent = a_task, unknown
+        else:
             continue
-        foreign = await call(keyed_client, method, fill(template, a_task), bearer(tenant_keys.b))
-        missing = await call(keyed_client, method, fill(template, unknown), bearer(tenant_keys.b))
+        foreign = await call(keyed_client, method, theirs, bearer(tenant_keys.b))
+        missing = await call(keyed_client, method, none, bearer(tenant_keys.b))
         assert_error(foreign, 404, "not_found")
         assert foreign.status_code == missing.status_code, template
-        assert foreign.text.replace(a_task, "ID") == missing.text.replace(unknown, "ID"), template
+        assert foreign.text.replace(own, "ID") == missing.text.replace(absent, "ID"), template
         assert "tenant-a" not in foreign.text
     # A still sees all of it: the 404s above are about tenants, not broken routes.
     mine = await keyed_client.get(

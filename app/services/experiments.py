@@ -1,0 +1,191 @@
+"""Experiments as clients see them: create (checked, stored, first items started), read,
+list items, cancel.
+
+Imported by the API. Every read takes the tenant, so another tenant's experiment is simply
+not found (invariant 6). Creating stores the experiment and all its items in one
+transaction, then advances it once (`experiment_runner.advance`, what the workers' chore
+does), so the first tasks exist when the 202 is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.db import models
+from app.db.engine import Sessions
+from app.errors import AppError, Conflict, NotFound
+from app.experiment_schemas import (
+    ArmOut,
+    ArmProgress,
+    ExperimentCreate,
+    ExperimentOut,
+    ItemOut,
+)
+from app.ids import new_experiment_id, utc_now
+from app.services import cancel
+from app.services.experiment_input import Checked, check_experiment
+from app.services.experiment_runner import advance
+
+log = logging.getLogger(__name__)
+Item = models.ExperimentItem
+ITEM_COLUMNS = tuple(ItemOut.model_fields)
+
+
+async def create_experiment(
+    sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: ExperimentCreate
+) -> ExperimentOut:
+    """Check, store and start an experiment (422 naming the row and field; nothing stored)."""
+    checked = check_experiment(body, settings)
+    exp = models.Experiment(
+        id=new_experiment_id(),
+        tenant_id=tenant,
+        name=body.name,
+        status="running",
+        spec={
+            "arms": checked.arms,
+            "scorer": checked.scorer,
+            "attempts": body.attempts,
+            "concurrency": body.concurrency,
+        },
+        meta=body.metadata,
+        created_at=utc_now(),
+    )
+    async with sessions.begin() as session:
+        session.add(exp)
+        await session.flush()
+        await session.execute(insert(Item), _items(exp.id, checked, body.attempts))
+    try:
+        await advance(sessions, redis, settings, exp.id)
+    except (AppError, SQLAlchemyError, OSError) as exc:  # stored: the workers' chore starts it
+        log.warning("could not start experiment %s yet: %r", exp.id, exc)
+    return await get_experiment(sessions, tenant, exp.id)
+
+
+def _items(experiment_id: str, checked: Checked, attempts: int) -> list[dict[str, Any]]:
+    """Every row x arm x attempt, numbered in start order: attempt, then row, then arm."""
+    now = utc_now()
+    items: list[dict[str, Any]] = []
+    for attempt in range(1, attempts + 1):
+        for row in checked.rows:
+            for arm in checked.arms:
+                items.append(
+                    {
+                        "experiment_id": experiment_id,
+                        "row_id": row["id"],
+                        "arm": arm["name"],
+                        "attempt": attempt,
+                        "seq": len(items),
+                        "row": row,
+                        "status": "pending",
+                        "detail": {},
+                        "prompt_tokens": 0,
+                        "completion_tokens": 0,
+                        "steps": 0,
+                        "seconds": 0.0,
+                        "updated_at": now,
+                    }
+                )
+    return items
+
+
+async def find_experiment(
+    session: AsyncSession, tenant: str, experiment_id: str, *, lock: bool = False
+) -> models.Experiment:
+    """The tenant's experiment; NotFound if missing or another tenant's (invariant 6)."""
+    query = select(models.Experiment).where(
+        models.Experiment.id == experiment_id, models.Experiment.tenant_id == tenant
+    )
+    found = await session.scalar(query.with_for_update() if lock else query)
+    if found is None:
+        raise NotFound(f"no experiment {experiment_id}")
+    return found
+
+
+async def get_experiment(sessions: Sessions, tenant: str, experiment_id: str) -> ExperimentOut:
+    async with sessions() as session:
+        exp = await find_experiment(session, tenant, experiment_id)
+        counts = await session.execute(
+            select(Item.arm, Item.status, func.count())
+            .where(Item.experiment_id == exp.id)
+            .group_by(Item.arm, Item.status)
+        )
+        rows = await session.scalar(
+            select(func.count(func.distinct(Item.row_id))).where(Item.experiment_id == exp.id)
+        )
+        return experiment_out(exp, [(arm, status, n) for arm, status, n in counts], int(rows or 0))
+
+
+def experiment_out(
+    exp: models.Experiment, counts: list[tuple[str, str, int]], rows: int
+) -> ExperimentOut:
+    progress: dict[str, dict[str, int]] = defaultdict(dict)
+    for arm, status, n in counts:
+        progress[arm][status] = n
+    arms = exp.spec["arms"]
+    return ExperimentOut(
+        id=exp.id,
+        name=exp.name,
+        status=exp.status,
+        created_at=exp.created_at,
+        finished_at=exp.finished_at,
+        arms=[ArmOut(name=arm["name"], mode=arm["mode"]) for arm in arms],
+        scorer=exp.spec["scorer"],
+        attempts=exp.spec["attempts"],
+        concurrency=exp.spec["concurrency"],
+        rows=rows,
+        metadata=exp.meta,
+        progress={arm["name"]: ArmProgress(**progress[arm["name"]]) for arm in arms},
+    )
+
+
+async def list_items(sessions: Sessions, tenant: str, experiment_id: str) -> list[ItemOut]:
+    """Every item, in start order."""
+    async with sessions() as session:
+        exp = await find_experiment(session, tenant, experiment_id)
+        items = await session.scalars(
+            select(Item).where(Item.experiment_id == exp.id).order_by(Item.seq)
+        )
+        return [item_out(item) for item in items]
+
+
+def item_out(item: models.ExperimentItem) -> ItemOut:
+    return ItemOut.model_validate({name: getattr(item, name) for name in ITEM_COLUMNS})
+
+
+async def cancel_experiment(
+    sessions: Sessions, redis: Redis, tenant: str, experiment_id: str
+) -> ExperimentOut:
+    """Cancel pending items and stop running ones (each then ends `cancelled` when the chore
+    sees its task end); Conflict once the experiment has finished."""
+    async with sessions.begin() as session:
+        exp = await find_experiment(session, tenant, experiment_id, lock=True)
+        if exp.status == "finished":
+            raise Conflict(f"experiment {experiment_id} already finished")
+        exp.status = "cancelled"
+        exp.finished_at = exp.finished_at or utc_now()
+        await session.execute(
+            update(Item)
+            .where(Item.experiment_id == exp.id, Item.status == "pending")
+            .values(status="cancelled", updated_at=utc_now())
+        )
+        running = list(
+            await session.scalars(
+                select(Item.task_id).where(Item.experiment_id == exp.id, Item.status == "running")
+            )
+        )
+    for task_id in running:
+        if task_id is None:
+            continue
+        try:
+            await cancel.cancel_task(sessions, redis, tenant, task_id)
+        except (Conflict, NotFound):
+            pass  # ended meanwhile: the chore records how
+    return await get_experiment(sessions, tenant, experiment_id)
