@@ -16,8 +16,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from app.agent import live
 from app.agent.inflight import InFlight
@@ -45,6 +46,7 @@ from app.errors import LLMError, SandboxError
 from app.states import FinishReason, timeout_error
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SKIPPED_CALL = "Error: only the first tool call of a turn is executed; this call was not run."
 UNUSABLE_CALL = "Error: this tool call has no usable name or arguments; it was not run."
 
@@ -73,11 +75,27 @@ async def run_agent(
         outcome = Outcome(finish_reason=FinishReason.max_steps)
     outcome.finish_reason = FinishReason.max_steps  # unless something else ends the run
     flight = InFlight()
+    await run_to_end(
+        _loop(spec, box, model, sink, outcome, flight), spec.timeout_s, sink, outcome, flight
+    )
+    return outcome
+
+
+async def run_to_end(
+    work: Coroutine[Any, Any, T],
+    timeout_s: float | None,
+    sink: EventSink,
+    outcome: Outcome,
+    flight: InFlight,
+) -> T | None:
+    """`work`'s result within `timeout_s`, or None: a timeout, model or sandbox failure ends
+    the run in `outcome` (never raised), and whatever step it cut is stored as interrupted."""
+    result: T | None = None
     try:
-        async with asyncio.timeout(spec.timeout_s):
-            await _loop(spec, box, model, sink, outcome, flight)
+        async with asyncio.timeout(timeout_s):
+            result = await work
     except TimeoutError:
-        _finish(outcome, FinishReason.timeout, timeout_error(spec.timeout_s))
+        _finish(outcome, FinishReason.timeout, timeout_error(timeout_s))
     except LLMError as exc:
         _finish(outcome, FinishReason.llm_error, exc.message)
     except SandboxError as exc:
@@ -86,7 +104,7 @@ async def run_agent(
         await report_cut(flight, sink, outcome, FinishReason.cancelled)
         raise
     await report_cut(flight, sink, outcome, outcome.finish_reason)
-    return outcome
+    return result
 
 
 async def report_cut(

@@ -9,17 +9,15 @@ as `llm.delta` and completed (no action, empty observation), with its usage.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.agent import live
 from app.agent.inflight import InFlight
-from app.agent.loop import account_llm, report_cut
+from app.agent.loop import account_llm, run_to_end
 from app.agent.types import ChatModel, EventSink, Message, Outcome
-from app.errors import LLMError
-from app.states import FinishReason, timeout_error
+from app.states import FinishReason
 
 NO_ANSWER = "the model's response has no text"
 
@@ -65,19 +63,9 @@ async def run_vanilla(
     if outcome is None:
         outcome = Outcome(finish_reason=FinishReason.llm_error)
     flight = InFlight()
-    answer: str | None = None
-    try:
-        async with asyncio.timeout(spec.timeout_s):
-            answer = await _ask(spec, model, sink, outcome, flight)
-    except TimeoutError:
-        _finish(outcome, FinishReason.timeout, timeout_error(spec.timeout_s))
-    except LLMError as exc:
-        _finish(outcome, FinishReason.llm_error, exc.message)
-    except asyncio.CancelledError:
-        await report_cut(flight, sink, outcome, FinishReason.cancelled)
-        raise
-    await report_cut(flight, sink, outcome, outcome.finish_reason)
-    return answer
+    return await run_to_end(
+        _ask(spec, model, sink, outcome, flight), spec.timeout_s, sink, outcome, flight
+    )
 
 
 async def _ask(

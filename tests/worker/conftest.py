@@ -7,9 +7,11 @@ the other package that needs one); importing them here scopes them to this packa
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import pytest
 from redis.asyncio import Redis
@@ -19,6 +21,7 @@ from app.episode import Runner
 from app.resources import open_resources
 from app.sandbox.docker import DockerHost
 from app.worker.context import WorkerContext
+from app.worker.pool import Worker
 from tests.support.private_redis_fixtures import private_redis_url, redis, settings
 
 __all__ = ["ctx", "made", "private_redis_url", "redis", "settings"]
@@ -39,3 +42,17 @@ async def ctx(settings: Settings, redis: Redis) -> AsyncIterator[WorkerContext]:
     config = settings.model_copy(update={"worker_heartbeat_s": 0.2, "worker_lease_s": 1.0})
     async with open_resources(config) as res, DockerHost() as docker:
         yield WorkerContext.of(res, Runner(config, docker), "w-me", f"test-{uuid.uuid4().hex[:8]}")
+
+
+@asynccontextmanager
+async def running_worker(settings: Settings) -> AsyncIterator[Worker]:
+    """An in-process worker running until the block ends; then stopped with no grace (what
+    still runs is handed back at once)."""
+    pool = Worker(settings)
+    running = asyncio.create_task(pool.run())
+    try:
+        yield pool
+    finally:
+        pool.stop()
+        pool.stop()
+        await asyncio.wait_for(running, 60)

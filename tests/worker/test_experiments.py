@@ -29,6 +29,7 @@ from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import experiment_runner
 from app.worker.pool import Worker
 from tests.api.conftest import serve
+from tests.worker.conftest import running_worker
 
 
 @pytest.fixture
@@ -38,14 +39,8 @@ def fast(settings: Settings) -> Settings:
 
 @pytest.fixture
 async def worker(fast: Settings) -> AsyncIterator[Worker]:
-    pool = Worker(fast)
-    running = asyncio.create_task(pool.run())
-    try:
+    async with running_worker(fast) as pool:
         yield pool
-    finally:
-        pool.stop()
-        pool.stop()  # no grace: whatever still runs is handed back at once
-        await asyncio.wait_for(running, 60)
 
 
 @pytest.fixture

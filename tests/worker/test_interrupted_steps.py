@@ -25,6 +25,7 @@ from app.schemas import TaskCreate, TaskOut
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import cancel, tasks
 from app.worker.pool import Worker
+from tests.worker.conftest import running_worker
 
 LONG_COMMAND = Turn(
     "execute_bash", {"command": "echo partial-out; echo partial-err >&2; sleep 600"}
@@ -33,14 +34,8 @@ LONG_COMMAND = Turn(
 
 @pytest.fixture
 async def worker(settings: Settings) -> AsyncIterator[Worker]:
-    pool = Worker(settings.model_copy(update={"llm_max_retries": 0}))
-    running = asyncio.create_task(pool.run())
-    try:
+    async with running_worker(settings.model_copy(update={"llm_max_retries": 0})) as pool:
         yield pool
-    finally:
-        pool.stop()
-        pool.stop()  # no grace: whatever still runs is handed back at once
-        await asyncio.wait_for(running, 60)
 
 
 Submit = Callable[..., Awaitable[str]]
