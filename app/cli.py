@@ -16,6 +16,7 @@ from rich.console import Console
 from app.admin_cli import admin_cli
 from app.cli_common import call, fail
 from app.config import Settings
+from app.experiment_cli import experiment_cli
 
 cli = typer.Typer(help="Sandhive: LLM agents in disposable Docker sandboxes.", no_args_is_help=True)
 image_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
@@ -23,6 +24,7 @@ cli.add_typer(image_cli, name="image")
 keys_cli = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 cli.add_typer(admin_cli, name="admin")  # operations: app/admin_cli.py (docs/operations.md)
+cli.add_typer(experiment_cli, name="experiment")  # app/experiment_cli.py (docs/experiments.md)
 console = Console()
 err_console = Console(stderr=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,46 +111,92 @@ def migrate(
     console.print(f"database at {revision}")
 
 
+MODEL, LIMITS, AGENT, FILES = "Model", "Limits", "Agent", "Files"
+"""`sandhive run --help`'s panels, so that the help reads at 80 columns."""
+
+
 @cli.command()
 def run(
     prompt: Annotated[str, typer.Option(help="The task for the agent.")],
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key (or SANDHIVE_LLM_API_KEY).")] = None,
+    scripted: Annotated[
+        bool,
+        typer.Option(
+            "--scripted", help="The built-in scripted model, offline.", rich_help_panel=MODEL
+        ),
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model name (scripted: demo or tour).", rich_help_panel=MODEL),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL.", rich_help_panel=MODEL)
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(help="API key (or SANDHIVE_LLM_API_KEY).", rich_help_panel=MODEL),
+    ] = None,
     llm_profile: Annotated[
         str | None,
-        typer.Option(help="A server LLM profile (kind, URL, key) instead of --base-url."),
+        typer.Option(help="A configured LLM profile instead.", rich_help_panel=MODEL),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Default: the server's.")] = None,
-    timeout_s: Annotated[int | None, typer.Option(help="The task's wall clock.")] = None,
-    command_timeout_s: Annotated[int | None, typer.Option(help="Per command.")] = None,
-    max_context_tokens: Annotated[int | None, typer.Option()] = None,
-    temperature: Annotated[float | None, typer.Option()] = None,
-    max_tokens_per_call: Annotated[int | None, typer.Option()] = None,
-    tools_profile: Annotated[str, typer.Option(help="standard or reference.")] = "standard",
+    temperature: Annotated[float | None, typer.Option(rich_help_panel=MODEL)] = None,
+    max_tokens_per_call: Annotated[int | None, typer.Option(rich_help_panel=MODEL)] = None,
+    max_steps: Annotated[int | None, typer.Option(rich_help_panel=LIMITS)] = None,
+    timeout_s: Annotated[
+        int | None, typer.Option(help="The task's wall clock.", rich_help_panel=LIMITS)
+    ] = None,
+    command_timeout_s: Annotated[
+        int | None, typer.Option(help="Per command.", rich_help_panel=LIMITS)
+    ] = None,
+    max_context_tokens: Annotated[int | None, typer.Option(rich_help_panel=LIMITS)] = None,
+    mode: Annotated[
+        str, typer.Option(help="sandbox, or vanilla (no tools).", rich_help_panel=AGENT)
+    ] = "sandbox",
+    tools_profile: Annotated[
+        str, typer.Option(help="standard or reference.", rich_help_panel=AGENT)
+    ] = "standard",
     shell: Annotated[
-        str, typer.Option(help="fresh (a new shell per command) or persistent (standard only).")
+        str, typer.Option(help="fresh or persistent (standard only).", rich_help_panel=AGENT)
     ] = "fresh",
     prompt_config: Annotated[
-        str, typer.Option(help="A prompt config name, or a YAML file in the package's format.")
+        str, typer.Option(help="A prompt config name or YAML file.", rich_help_panel=AGENT)
     ] = "general",
     answer_all_tool_calls: Annotated[
-        bool | None,
+        bool,
         typer.Option(
-            "--answer-all-tool-calls/--first-tool-call-only",
-            help="Reply to every tool-call id of a turn (default: on for standard).",
+            "--answer-all-tool-calls",
+            help="Answer every tool-call id (standard's default).",
+            rich_help_panel=AGENT,
         ),
+    ] = False,
+    first_tool_call_only: Annotated[
+        bool,
+        typer.Option(
+            "--first-tool-call-only",
+            help="Answer only the first (reference's default).",
+            rich_help_panel=AGENT,
+        ),
+    ] = False,
+    input_dir: Annotated[
+        Path | None, typer.Option(help="Copied to the input dir.", rich_help_panel=FILES)
     ] = None,
-    input_dir: Annotated[Path | None, typer.Option(help="Folder copied to the input dir.")] = None,
-    output_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("output"),
+    output_dir: Annotated[
+        Path, typer.Option(help="Where run folders go.", rich_help_panel=FILES)
+    ] = Path("output"),
 ) -> None:
-    """Run one task locally in a sandbox, with no Postgres or Redis.
+    """Run one task locally, in a sandbox of its own, with no Postgres or Redis.
 
-    Options are resolved as a submission to the API is: unset ones take the server's
-    defaults (SANDHIVE_DEFAULT_*), and the server's maxima apply.
+    Unset options take the server's defaults (SANDHIVE_DEFAULT_*); its maxima apply.
+
+    No model at hand? --scripted --model tour plays a fixed script, offline.
     """
+    llm_profile = _scripted_profile(scripted, llm_profile)
     settings = _with_model_flags(Settings(), llm_profile, base_url, api_key)
+    if answer_all_tool_calls and first_tool_call_only:
+        raise typer.BadParameter("--answer-all-tool-calls or --first-tool-call-only, not both")
+    answer_all = True if answer_all_tool_calls else False if first_tool_call_only else None
     options: dict[str, object] = {
+        "mode": mode,
         "prompt": prompt,
         "llm": _given(
             profile=llm_profile or "default",
@@ -162,15 +210,35 @@ def run(
             command_timeout_s=command_timeout_s,
             max_context_tokens=max_context_tokens,
         ),
-        "tools": _given(
-            profile=tools_profile, shell=shell, answer_all_tool_calls=answer_all_tool_calls
-        ),
+        "tools": _given(profile=tools_profile, shell=shell, answer_all_tool_calls=answer_all),
         "prompt_config": _run_prompt(settings, prompt_config),
     }
+    if mode == "vanilla":  # no tools; the sandbox's default prompt is not a vanilla one
+        options = _vanilla_options(options, prompt_config)
     from app.scripted.profile import serving
 
     with serving(settings) as served:  # `--llm-profile scripted`: its server, in-process
         _run_local(served, options, _read_inputs(input_dir), output_dir)
+
+
+def _scripted_profile(scripted: bool, profile: str | None) -> str | None:
+    """`--scripted` is short for `--llm-profile scripted`."""
+    from app.config import SCRIPTED_PROFILE
+
+    if scripted and profile not in (None, SCRIPTED_PROFILE):
+        raise typer.BadParameter("--scripted is a profile of its own: leave out --llm-profile")
+    return SCRIPTED_PROFILE if scripted else profile
+
+
+def _vanilla_options(options: dict[str, object], prompt_config: str) -> dict[str, object]:
+    """Leave out the tools and prompt options `run` always sends, unless given otherwise
+    (then resolution refuses them as it refuses a vanilla submission that has them)."""
+    vanilla = dict(options)
+    if vanilla["tools"] == {"profile": "standard", "shell": "fresh"}:
+        del vanilla["tools"]
+    if prompt_config == "general":
+        del vanilla["prompt_config"]
+    return vanilla
 
 
 def _warn_without_model(settings: Settings, command: str) -> None:
@@ -327,20 +395,7 @@ def _run_local(
     prompt = str(options["prompt"])
 
     async def _go() -> None:
-        result, folder = await run_local(
-            settings, spec, prompt, console, output_root=output_dir, inputs=inputs
-        )
-        outcome = result.outcome
-        console.rule("finished")
-        console.print(
-            f"finish_reason: [bold]{outcome.finish_reason}[/] ({len(outcome.steps)} steps)"
-        )
-        if outcome.error:
-            console.print(f"[red]error:[/] {outcome.error}")
-        answer = result.answer(settings.answer_max_bytes)
-        if answer is not None:
-            console.print(f"answer: {answer}")
-        console.print(f"outputs: {folder}")
+        await run_local(settings, spec, prompt, console, output_root=output_dir, inputs=inputs)
 
     asyncio.run(_go())
 

@@ -334,6 +334,59 @@ class Settings(BaseSettings):
     """Rows x arms x attempts of one experiment (422 above)."""
     experiment_max_concurrency: int = Field(default=256, ge=1)
     """Most items of one experiment running at once (422 above)."""
+    experiment_scorer_code_max_bytes: int = Field(
+        default=defaults.PYTHON_SCORER_CODE_MAX_BYTES, ge=1
+    )
+    """Size of a `python` scorer's code (UTF-8 bytes; 422 above)."""
+    experiment_python_scorer_timeout_s: int = Field(default=defaults.PYTHON_SCORER_TIMEOUT_S, ge=1)
+    """Wall clock of one `python` scorer run when its spec gives no `timeout_s`; past it the
+    sandbox is removed and the item is a `scorer` error."""
+    experiment_python_scorer_max_timeout_s: int = Field(
+        default=defaults.PYTHON_SCORER_MAX_TIMEOUT_S, ge=1
+    )
+    """Largest `timeout_s` a `python` scorer may ask for (422 above)."""
+    experiment_python_scorer_memory_mb: int = Field(default=defaults.PYTHON_SCORER_MEMORY_MB, ge=64)
+    """Memory of a `python` scorer's sandbox when its spec gives no `memory_mb`."""
+    experiment_python_scorer_max_memory_mb: int = Field(
+        default=defaults.PYTHON_SCORER_MAX_MEMORY_MB, ge=64
+    )
+    """Largest `memory_mb` a `python` scorer may ask for (422 above)."""
+    experiment_python_scorer_output_bytes: int = Field(
+        default=defaults.PYTHON_SCORER_OUTPUT_BYTES, ge=1024
+    )
+    """stdout and stderr kept of each `python` scorer run (each; head and tail past it) when its
+    spec gives no `output_bytes`."""
+    experiment_python_scorer_max_output_bytes: int = Field(
+        default=defaults.PYTHON_SCORER_MAX_OUTPUT_BYTES, ge=1024
+    )
+    """Largest `output_bytes` a `python` scorer may ask for (422 above)."""
+    experiment_python_scorer_pids_limit: int = Field(
+        default=defaults.PYTHON_SCORER_PIDS_LIMIT, ge=8
+    )
+    """Processes and threads in a `python` scorer's sandbox: what a fork bomb runs into."""
+    experiment_python_scorer_scratch_mb: int = Field(
+        default=defaults.PYTHON_SCORER_SCRATCH_MB, ge=1
+    )
+    """Size of each writable tmpfs (`/tmp`, ...) of a `python` scorer's sandbox; the rest of its
+    file system is read-only."""
+    experiment_max_dataset_bytes: int = Field(default=32 * 2**20, ge=1024)
+    """Size of a dataset file uploaded to `POST /v1/experiments` (413 above); the multipart
+    body as a whole is also capped by `SANDHIVE_MAX_MULTIPART_BODY_BYTES`."""
+    experiment_stream_poll_s: float = Field(default=1.0, gt=0)
+    """How often an experiment's event stream re-reads Postgres when no wake-up came (a lost
+    Redis publish costs at most this); never longer than `SANDHIVE_STREAM_KEEPALIVE_S`."""
+    experiment_scoring_concurrency: int = Field(default=8, ge=1)
+    """Answers one worker scores at once with a slow scorer (`llm_judge`, `python`)."""
+    experiment_scoring_timeout_s: float = Field(default=600.0, gt=0)
+    """The longest one slow scoring may take (all of a judge's repeats, or a `python`
+    scorer's container and run); past it the item ends `error` of kind `scorer`."""
+    experiment_scoring_lease_margin_s: float = Field(default=30.0, gt=0)
+    """How long a worker's claim on an answer it scores outlasts the scoring timeout: a
+    worker that died scoring it has its answers rescored by another after that."""
+    experiment_scoring_max_claims: int = Field(default=3, ge=1)
+    """How many times an answer's slow scoring may be taken up without a result (its worker
+    died, or the scoring failed in a way worth retrying, such as Docker being unreachable)
+    before the item ends `error` of kind `scorer` ("scoring failed N times")."""
     unavailable_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of the 503s a call gets while Postgres (`database_unavailable`) or
     Redis (`redis_unavailable`) is unreachable."""
@@ -359,6 +412,19 @@ class Settings(BaseSettings):
     def _heartbeat_below_lease(self) -> Settings:
         if self.worker_heartbeat_s >= self.worker_lease_s:
             raise ValueError("worker_heartbeat_s must be shorter than worker_lease_s")
+        return self
+
+    @model_validator(mode="after")
+    def _python_scorer_defaults_within_maxima(self) -> Settings:
+        """Else every `python` scorer relying on a default would be refused."""
+        for name in ("timeout_s", "memory_mb", "output_bytes"):
+            default = getattr(self, f"experiment_python_scorer_{name}")
+            most = getattr(self, f"experiment_python_scorer_max_{name}")
+            if default > most:
+                raise ValueError(
+                    f"experiment_python_scorer_{name} ({default}) must not exceed "
+                    f"experiment_python_scorer_max_{name} ({most})"
+                )
         return self
 
     @model_validator(mode="after")

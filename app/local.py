@@ -1,26 +1,26 @@
 """`sandhive run`: the worker's episode in one process, with no Postgres and no Redis.
 
-Prints each step to the terminal as it happens and leaves, like the paper's own
-command line tool, `<output>/<YYYYMMDD_HHMMSS>/files/` and `trajectory.json`
-in the reference package's format (REFERENCE.md §1.7).
+Prints each step to the terminal as it happens (`app.run_display`), closes with a
+summary, and leaves, like the paper's own command line tool,
+`<output>/<YYYYMMDD_HHMMSS>/files/` and `trajectory.json` in the reference
+package's format (REFERENCE.md §1.7).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.panel import Panel
-from rich.text import Text
 
-from app.agent.types import Step
 from app.config import Settings
 from app.episode import EpisodeResult, open_runner
 from app.resolve import parse_submission, resolve_spec
+from app.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
 from app.specs import TaskSpec
 from app.trajectory_format import reference_trajectory
@@ -34,37 +34,6 @@ def resolve_run(settings: Settings, options: Mapping[str, Any]) -> TaskSpec:
     return resolve_spec(parse_submission(options), settings)
 
 
-class TerminalSink:
-    """Prints steps as panels; implements app.agent.types.EventSink."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-
-    async def step_started(self, index: int) -> None:
-        self.console.rule(f"step {index}")
-
-    async def step_completed(self, step: Step, next_index: int | None = None) -> None:
-        # Text() rather than a str: model and tool output are not Rich markup.
-        if step.reasoning:
-            self._panel(step.reasoning[:2000], "reasoning", "dim")
-        if step.thought:
-            self._panel(step.thought[:1000], "thought", "")
-        if step.action is not None:
-            args = json.dumps(step.action.arguments, ensure_ascii=False)[:300]
-            self._panel(args, f"action: {step.action.tool}", "cyan")
-        self._panel(step.observation[:800], "observation", "green")
-        if step.interrupted:
-            self.console.print(Text(f"step {step.index} interrupted: {step.interrupted}"))
-        if next_index is not None:
-            await self.step_started(next_index)
-
-    def _panel(self, text: str, title: str, style: str) -> None:
-        self.console.print(Panel(Text(text), title=Text(title), style=style))
-
-    async def live(self, kind: str, data: Mapping[str, object]) -> None:
-        return None
-
-
 async def run_local(
     settings: Settings,
     spec: TaskSpec,
@@ -74,12 +43,18 @@ async def run_local(
     output_root: Path,
     inputs: Sequence[tuple[str, bytes]] = (),
 ) -> tuple[EpisodeResult, Path]:
-    """Run one resolved task locally and write its outputs; returns the result and run folder."""
+    """Run one resolved task locally, write its outputs and close with a summary panel;
+    returns the result and run folder."""
+    started = time.monotonic()
     async with open_runner(settings) as runner:
         result = await runner.run(
             spec, prompt, TerminalSink(console), labels=LOCAL_LABELS, inputs=inputs
         )
+    elapsed = time.monotonic() - started
     folder = write_outputs(output_root, prompt, result)
+    answer = result.answer(settings.answer_max_bytes)
+    console.print(summary_panel(Summary(result.outcome, answer, elapsed)))
+    console.print(f"outputs: {folder}", markup=False, highlight=False)
     return result, folder
 
 

@@ -1,19 +1,24 @@
-"""The worker's Prometheus metrics: step, LLM and command latency, tokens, attempts, sandboxes.
+"""The worker's Prometheus metrics: step, LLM and command latency, tokens, attempts, sandboxes,
+and the time and errors of experiment scorers.
 
 They live in this process (one registry, `REGISTRY`) and are served by the
 worker itself on `SANDHIVE_WORKER_METRICS_PORT` (`serve`, with its /healthz and
 /readyz). Cluster-wide figures
 (tasks by status, queue depth and age, workers) are computed by the API's
 `/metrics` from Postgres and Redis at scrape time (`app.api.metrics`).
-Imported by app.worker, app.cli and app.episode (the sandbox start time; under
-`sandhive run` it is recorded and never served); imports nothing of Sandhive.
+Imported by app.worker, app.cli, app.episode (the sandbox start time; under
+`sandhive run` it is recorded and never served) and the experiment runner (scorer time,
+also recorded, never served, when the API advances an experiment); imports nothing of
+Sandhive.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -72,6 +77,20 @@ LIVE_EVENTS_DROPPED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+SCORER_SECONDS = Histogram(
+    "sandhive_worker_scorer_seconds",
+    "Scoring one experiment answer, by scorer kind (math, llm_judge, python, ...).",
+    ["kind"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+    registry=REGISTRY,
+)
+SCORER_ERRORS = Counter(
+    "sandhive_worker_scorer_errors",
+    "Experiment answers a scorer could not judge (items ending `error` of kind scorer),"
+    " by scorer kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
 for _source in ("warm", "cold"):  # every series shows from the first scrape, at 0
     SANDBOX_START_SECONDS.labels(_source)
 LIVE_EVENTS_DROPPED.labels("publish_failed")
@@ -86,6 +105,19 @@ def observe_step(llm_ms: int, tool_ms: int, prompt_tokens: int, completion_token
         COMMAND_SECONDS.observe(tool_ms / 1000)
     TOKENS.labels("prompt").inc(prompt_tokens)
     TOKENS.labels("completion").inc(completion_tokens)
+
+
+@contextmanager
+def scoring(kind: str) -> Iterator[None]:
+    """Time one scoring of `kind`; a `ScorerError` (any exception) through it is counted."""
+    started = time.monotonic()
+    try:
+        yield
+    except Exception:
+        SCORER_ERRORS.labels(kind).inc()
+        raise
+    finally:
+        SCORER_SECONDS.labels(kind).observe(time.monotonic() - started)
 
 
 def observe_sandbox_start(seconds: float, *, warm: bool) -> None:

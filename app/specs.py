@@ -22,38 +22,62 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Stored(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # the docstrings under fields describe them in /openapi.json (tasks show these specs)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
 
 class LLMSpec(_Stored):
+    """The task's LLM options, resolved."""
+
     profile: str
+    """The LLM profile."""
     model: str
+    """The model (the profile's default when the task named none)."""
     temperature: float
+    """Sampling temperature."""
     max_tokens_per_call: int
+    """`max_tokens` of each model call."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra fields of each request to the model."""
 
 
 class LimitsSpec(_Stored):
+    """The task's limits, resolved."""
+
     max_steps: int
+    """Model turns before the task ends with `max_steps`."""
     timeout_s: int
+    """Wall-clock seconds for the whole task."""
     command_timeout_s: int
+    """Seconds one tool command may run."""
     max_context_tokens: int
+    """Conversation budget in tokens (then `context_limit`)."""
 
 
 class SandboxSpec(_Stored):
+    """The task's sandbox, resolved."""
+
     image: str
+    """The Docker image the sandbox runs."""
     network: Literal["none", "egress"]
+    """`none` or `egress`."""
     cpus: float
+    """CPU cores."""
     memory_mb: int
+    """Memory in MiB."""
     disk_mb: int = 1024
     """Tasks stored before the field existed ran with 1024."""
 
 
 class ToolsSpec(_Stored):
+    """The task's tool options, resolved."""
+
     profile: Literal["standard", "reference"]
+    """`standard` or `reference` (the paper's package's observations)."""
     answer_all_tool_calls: bool
     """Reply "not run" to every tool call after the first of a turn."""
     shell: Literal["fresh", "persistent"] = "fresh"
+    """execute_bash: a fresh shell per call, or one kept for the task."""
 
     @model_validator(mode="before")
     @classmethod

@@ -28,7 +28,10 @@ ADMIN_URL = os.environ.get(
     "SANDHIVE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:latest")
-TABLES = "events, steps, artifacts, task_inputs, tasks, api_keys, experiment_items, experiments"
+TABLES = (
+    "events, steps, artifacts, task_inputs, tasks, api_keys, "
+    "experiment_events, experiment_items, experiments"
+)
 
 
 @pytest.fixture(scope="session")

@@ -15,14 +15,19 @@ from fastapi import APIRouter, FastAPI
 from app import __version__
 from app.api import (
     artifacts,
+    docs,
     errors,
+    experiment_stream,
     experiments,
+    limits,
     llm,
     metrics,
     middleware,
+    openapi,
     ops,
     page,
     stream,
+    streaming,
     tasks,
 )
 from app.api.deps import open_api_resources
@@ -35,8 +40,11 @@ ROUTERS: tuple[APIRouter, ...] = (
     experiments.router,
     artifacts.router,
     stream.router,
+    experiment_stream.router,
     llm.router,
+    limits.router,
     page.router,
+    docs.router,
 )
 
 
@@ -44,11 +52,15 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, object]]:
         async with open_api_resources(settings) as res, stream.open_hub(res) as hub:
-            yield {"res": res, "hub": hub, stream.STOPPING: asyncio.Event()}
+            yield {"res": res, "hub": hub, streaming.STOPPING: asyncio.Event()}
 
-    app = FastAPI(title="Sandhive", version=__version__, lifespan=lifespan)
+    # /docs is app.api.docs (Swagger UI served locally); no ReDoc (it needs a CDN)
+    app = FastAPI(
+        title="Sandhive", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     errors.install(app, settings)
     middleware.install(app, settings)  # body limits, origins, NUL in URLs, token redaction
+    openapi.install(app, settings, ROUTERS)  # its key scheme and limits, in /openapi.json
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -1,7 +1,8 @@
 """`GET /metrics`: the deployment's figures in Prometheus text format, computed at scrape time.
 
 From Postgres: tasks by status, failed tasks by finish reason, the oldest
-queued task's age, lost (reclaimed) attempts. From Redis: the task stream's
+queued task's age, lost (reclaimed) attempts, experiments and their items by
+status. From Redis: the task stream's
 length, live workers with their slots and busy slots. From this API process:
 stream viewers (WebSocket and SSE clients), live feeds, and the slow viewers
 cut off with the live events they never got (`LiveHub.losses`). Per-step
@@ -19,7 +20,9 @@ from prometheus_client.registry import Collector
 
 from app.api.deps import Res
 from app.api.stream import get_hub
+from app.resources import Resources
 from app.services import admin
+from app.services.experiment_figures import experiment_figures
 from app.states import TaskStatus
 
 router = APIRouter(tags=["ops"])
@@ -60,6 +63,7 @@ async def _families(request: Request, res: Res) -> list[Metric]:
     )
     dropped.add_metric(["slow_client"], losses["dropped_events"])
     return [
+        *await _experiment_families(res),
         dropped,
         CounterMetricFamily(
             "sandhive_stream_clients_dropped",
@@ -99,6 +103,21 @@ async def _families(request: Request, res: Res) -> list[Metric]:
             "sandhive_stream_feeds", "Redis live feeds read by this API process.", stats["readers"]
         ),
     ]
+
+
+async def _experiment_families(res: Resources) -> list[Metric]:
+    figures = await experiment_figures(res.sessions)
+    experiments = GaugeMetricFamily(
+        "sandhive_experiments", "Experiments by status.", labels=["status"]
+    )
+    for status, count in figures.experiments.items():
+        experiments.add_metric([status], count)
+    items = GaugeMetricFamily(
+        "sandhive_experiment_items", "Experiment items by status.", labels=["status"]
+    )
+    for status, count in figures.items.items():
+        items.add_metric([status], count)
+    return [experiments, items]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

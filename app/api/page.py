@@ -1,8 +1,9 @@
 """The browser page: `GET /` and its static files from `app/web/`, with no build step.
 
-The page is plain HTML, CSS and one script that talks to the public `/v1` API
-like any other client. It is served with a strict Content-Security-Policy (its
-own script only, no inline script) and it inserts model output only as text.
+The page is plain HTML, CSS and its own scripts (the task view, the Experiments
+view, and Chart.js vendored for its plots) that talk to the public `/v1` API like
+any other client. It is served with a strict Content-Security-Policy (its
+own scripts only, no inline script) and it inserts model output only as text.
 """
 
 from __future__ import annotations
@@ -17,9 +18,19 @@ from app.errors import NotFound
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "experiments.js": "text/javascript; charset=utf-8",
+    "task_view.js": "text/javascript; charset=utf-8",
+    "task_list.js": "text/javascript; charset=utf-8",
+    "compare.js": "text/javascript; charset=utf-8",
+    "chart.umd.min.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "experiments.css": "text/css; charset=utf-8",
+    "task_view.css": "text/css; charset=utf-8",
+    "task_list.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
+VENDORED = {"chart.umd.min.js": "vendor/chart.umd.min.js"}
+"""Third-party files, kept apart with their licences (app/web/vendor/README.md)."""
 # Artifact previews (srcdoc frames) inherit this policy: their scripts never run,
 # their inline styles may.
 CSP = (
@@ -52,4 +63,5 @@ async def asset(name: str) -> FileResponse:
     media_type = ASSETS.get(name)
     if media_type is None:
         raise NotFound(f"no static file {name!r}")
-    return FileResponse(WEB_DIR / name, media_type=media_type, headers=HEADERS)
+    path = WEB_DIR / VENDORED.get(name, name)
+    return FileResponse(path, media_type=media_type, headers=HEADERS)

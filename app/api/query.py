@@ -3,7 +3,8 @@
 A misspelt filter (`?stauts=failed`) would otherwise answer the unfiltered list
 as if it had been applied. Routes opt in with `dependencies=[known_query_only()]`;
 the names allowed are the route's own declared query parameters (read from the
-route FastAPI matched) plus `also`, for names read outside the signature. The
+route FastAPI matched) plus `also`, for names read outside the signature, plus any name
+starting with one of `families` (`metadata.` for `metadata.KEY=VALUE` filters). The
 caller's key is checked first, so a request without one is still a 401.
 """
 
@@ -23,12 +24,17 @@ MAX_NAMED = 10
 MAX_NAME_CHARS = 100
 
 
-def known_query_only(*also: str) -> Any:
-    """A route dependency refusing query parameters that are neither declared nor in `also`."""
+def known_query_only(*also: str, families: tuple[str, ...] = ()) -> Any:
+    """A route dependency refusing query parameters that are neither declared nor in `also`
+    nor start with one of `families`."""
 
     async def check(request: Request, _tenant: Tenant) -> None:
         allowed = _declared(request.scope.get("route")) | set(also)
-        unknown = [name for name in dict.fromkeys(request.query_params) if name not in allowed]
+        unknown = [
+            name
+            for name in dict.fromkeys(request.query_params)
+            if name not in allowed and not (families and name.startswith(families))
+        ]
         if unknown:
             raise _refusal(unknown)
 

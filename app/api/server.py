@@ -30,7 +30,7 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from app import defaults
-from app.api.stream import STOPPING
+from app.api.streaming import STOPPING
 from app.config import Settings
 
 log = logging.getLogger(__name__)

@@ -10,19 +10,24 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
-from starlette.routing import Match
-from starlette.types import Scope
 
 from app.api.deps import Res, Tenant
+from app.api.multipart import add_multipart_route, multipart_doc
 from app.api.query import known_query_only
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
 from app.schemas import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
 from app.services import cancel, tasks
+from app.services.task_filters import (
+    MAX_Q_CHARS,
+    METADATA_PREFIX,
+    TaskFilters,
+    iso_time,
+    metadata_filters,
+)
 from app.states import TaskStatus
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -36,42 +41,18 @@ _SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     429: {"model": ErrorOut, "description": "Over a queue limit; see Retry-After"},
 }
-_MULTIPART_DOC: dict[str, Any] = {
-    "requestBody": {
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["task"],
-                    "properties": {
-                        "task": {"type": "string", "description": "The task as JSON"},
-                        "files": {
-                            "type": "array",
-                            "items": {"type": "string", "format": "binary"},
-                            "description": "Any other file part: its filename is its input path",
-                        },
-                    },
-                }
-            }
-        }
-    }
-}
+_MULTIPART_DOC = multipart_doc(
+    ["task"],
+    {
+        "task": {"type": "string", "description": "The task as JSON"},
+        "files": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "Any other file part: its filename is its input path",
+        },
+    },
+)
 _TASK_PART_MAX_BYTES = 4 * 2**20
-
-
-class _MultipartRoute(APIRoute):
-    """Matches only multipart bodies, so the JSON route keeps FastAPI's own parsing."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        if match is Match.FULL and not _is_multipart(scope):
-            return Match.NONE, {}
-        return match, child
-
-
-def _is_multipart(scope: Scope) -> bool:
-    content_type = dict(scope.get("headers", [])).get(b"content-type", b"")
-    return bytes(content_type).lower().startswith(b"multipart/form-data")
 
 
 async def create_task_multipart(
@@ -91,16 +72,7 @@ async def create_task_multipart(
     return await _submit(response, res, tenant, body, idempotency_key)
 
 
-# Registered before the JSON route: the first route that matches wins.
-router.add_api_route(
-    "",
-    create_task_multipart,
-    methods=["POST"],
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=TaskOut,
-    include_in_schema=False,
-    route_class_override=_MultipartRoute,
-)
+add_multipart_route(router, create_task_multipart, TaskOut)
 
 
 @router.post(
@@ -180,16 +152,63 @@ async def _input_file(upload: UploadFile) -> dict[str, str]:
     return {"path": upload.filename, "content_base64": base64.b64encode(content).decode()}
 
 
-@router.get("", response_model=TaskList, responses=_ERRORS, dependencies=[known_query_only()])
+@router.get(
+    "",
+    response_model=TaskList,
+    responses=_ERRORS,
+    dependencies=[known_query_only(families=(METADATA_PREFIX,))],
+)
 async def list_tasks(
+    request: Request,
     res: Res,
     tenant: Tenant,
     status: TaskStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=tasks.MAX_PAGE)] = 20,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_Q_CHARS,
+            description="Case-insensitive substring of the prompt or the task id",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="The task's resolved model, exactly"),
+    ] = None,
+    created_after: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="ISO 8601 time, inclusive; no zone means UTC",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
+    created_before: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="ISO 8601 time, exclusive; no zone means UTC",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
 ) -> TaskList:
-    """The tenant's tasks, newest first; pass `next_cursor` back as `cursor` for the next page."""
-    return await tasks.list_tasks(res.sessions, tenant, status=status, limit=limit, cursor=cursor)
+    """The tenant's tasks, newest first; pass `next_cursor` back as `cursor` for the next page.
+
+    Filters combine with AND; `metadata.KEY=VALUE` (repeatable) keeps tasks whose metadata
+    has KEY equal to VALUE (as a string, or as the number/boolean/null it spells).
+    """
+    filters = TaskFilters(
+        q=q,
+        model=model,
+        metadata=metadata_filters(request.query_params.multi_items()),
+        created_after=iso_time("created_after", created_after),
+        created_before=iso_time("created_before", created_before),
+    )
+    return await tasks.list_tasks(
+        res.sessions, tenant, status=status, limit=limit, cursor=cursor, filters=filters
+    )
 
 
 @router.get("/{task_id}", response_model=TaskOut, responses=_ERRORS)

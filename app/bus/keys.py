@@ -44,3 +44,8 @@ def rate_bucket(tenant: str) -> str:
 def stream_slots(tenant: str) -> str:
     """The tenant's open event streams, scored by expiry (app/bus/streamslots.py)."""
     return f"{PREFIX}:streams:{tenant}"
+
+
+def experiment_events(experiment_id: str) -> str:
+    """Pub/sub channel: the newest committed event `seq` of an experiment."""
+    return f"{PREFIX}:experiment:{experiment_id}:events"

@@ -171,6 +171,8 @@ class Experiment(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(_TZ)
+    event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """The last `seq` of its `experiment_events`; bumped under the experiment's row lock."""
 
 
 class ExperimentItem(Base):
@@ -191,7 +193,7 @@ class ExperimentItem(Base):
     task_id: Mapped[str | None] = mapped_column(String(40), unique=True)
     """No foreign key: pruning old tasks must not take an experiment's results with it."""
     status: Mapped[str] = mapped_column(String(16))
-    """`pending`, `running`, `scored`, `error` or `cancelled`."""
+    """`pending`, `running`, `scoring`, `scored`, `error` or `cancelled`."""
     score: Mapped[float | None] = mapped_column(Float)
     error_kind: Mapped[str | None] = mapped_column(String(16))
     """`agent`, `infrastructure` or `scorer` when `status` is `error`."""
@@ -202,6 +204,29 @@ class ExperimentItem(Base):
     steps: Mapped[int] = mapped_column(Integer, default=0)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    scoring_until: Mapped[datetime | None] = mapped_column(_TZ)
+    """While `scoring`: the lease of the worker scoring it (None: anyone may take it)."""
+    scoring_claims: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """Scoring leases taken on the item's current scoring: past the limit it is a scorer
+    error, so a scorer that kills its worker (or never writes) cannot loop forever."""
+    gradings: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, default=list, server_default=text("'[]'::jsonb")
+    )
+    """Earlier scorings, oldest first: `{grading, scorer, status, score, error_kind, detail}`."""
+
+
+class ExperimentEvent(Base):
+    """A durable experiment event; `seq` counts from 1 per experiment with no gaps."""
+
+    __tablename__ = "experiment_events"
+
+    experiment_id: Mapped[str] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    ts: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
 
 
 # The Core tables, typed, for the per-step writes that skip the ORM's bulk paths

@@ -13,7 +13,9 @@ from typing import Any
 
 from app.scoring.extract import DEFAULT_CHOICES
 from app.scoring.instructions import InstructionFollowingScorer
+from app.scoring.judge import AGGREGATES, MAX_REPEATS, MAX_RUBRIC_CHARS, LlmJudgeScorer
 from app.scoring.math import MathScorer
+from app.scoring.python_code import PythonLimits, PythonScorer, check_code
 from app.scoring.text import (
     ContainsScorer,
     ExactScorer,
@@ -30,8 +32,11 @@ _MAX_PATTERN_CHARS = 2000
 class _Options:
     """A spec's options, each read once with its type checked; leftovers are refused."""
 
-    def __init__(self, kind: str, spec: Mapping[str, Any]) -> None:
+    def __init__(
+        self, kind: str, spec: Mapping[str, Any], python_limits: PythonLimits | None = None
+    ) -> None:
         self.kind = kind
+        self.python_limits = python_limits or PythonLimits()
         self._left = {key: value for key, value in spec.items() if key != "kind"}
 
     def flag(self, name: str, default: bool) -> bool:
@@ -59,6 +64,10 @@ class _Options:
         if value is not None and not isinstance(value, str):
             raise self._error(name, "must be a string", value)
         return value
+
+    def raw(self, name: str) -> object:
+        """The option as given (None when absent), for a builder that checks it itself."""
+        return self._left.pop(name, None)
 
     def done(self) -> None:
         if self._left:
@@ -128,6 +137,45 @@ def _instruction_following(options: _Options) -> Scorer:
     return InstructionFollowingScorer(loose=options.flag("loose", False))
 
 
+def _python(options: _Options) -> Scorer:
+    limits = options.python_limits
+    return PythonScorer(
+        code=check_code(options.raw("code"), limits.code_max_bytes),
+        timeout_s=options.integer("timeout_s", limits.timeout_s, 1, limits.max_timeout_s),
+        memory_mb=options.integer("memory_mb", limits.memory_mb, 64, limits.max_memory_mb),
+        output_bytes=options.integer(
+            "output_bytes", limits.output_bytes, 1024, limits.max_output_bytes
+        ),
+        pids_limit=limits.pids_limit,
+        scratch_mb=limits.scratch_mb,
+    )
+
+
+def _llm_judge(options: _Options) -> Scorer:
+    profile = options.text("profile", None)
+    if not profile:
+        raise ValueError("scorer 'llm_judge' needs a 'profile' (an LLM profile name)")
+    model = options.text("model", None)
+    if model is not None and not model.strip():
+        raise ValueError("scorer 'llm_judge': option 'model' must not be empty")
+    rubric = options.text("rubric", None)
+    if rubric is not None and not 0 < len(rubric.strip()) <= MAX_RUBRIC_CHARS:
+        raise ValueError(f"scorer 'llm_judge': rubric must be 1 to {MAX_RUBRIC_CHARS} characters")
+    aggregate = options.text("aggregate", "majority")
+    found = next((known for known in AGGREGATES if known == aggregate), None)
+    if found is None:
+        rule = f"aggregate must be one of {', '.join(AGGREGATES)}"
+        raise ValueError(f"scorer 'llm_judge': {rule}, got {aggregate!r}")
+    return LlmJudgeScorer(
+        profile=profile,
+        model=model,
+        rubric=rubric,
+        repeats=options.integer("repeats", 1, 1, MAX_REPEATS),
+        aggregate=found,
+        temperature=options.number("temperature", 0.7, 0.0, 2.0),
+    )
+
+
 _BUILDERS: dict[str, Callable[[_Options], Scorer]] = {
     "math": _math,
     "mcq": _mcq,
@@ -137,6 +185,8 @@ _BUILDERS: dict[str, Callable[[_Options], Scorer]] = {
     "f1": _f1,
     "rouge_l": _rouge_l,
     "instruction_following": _instruction_following,
+    "llm_judge": _llm_judge,
+    "python": _python,
 }
 
 
@@ -145,14 +195,18 @@ def scorer_kinds() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def scorer_for(spec: Mapping[str, Any]) -> Scorer:
-    """The scorer a spec names, its options checked; `ValueError` says what is wrong."""
+def scorer_for(spec: Mapping[str, Any], *, python_limits: PythonLimits | None = None) -> Scorer:
+    """The scorer a spec names, its options checked; `ValueError` says what is wrong.
+
+    `python_limits`: the server's bounds on a `python` scorer (`PythonLimits.from_settings`);
+    None: the built-in defaults.
+    """
     if not isinstance(spec, Mapping):
         raise ValueError(f"a scorer spec must be an object with a 'kind', got {spec!r}")
     kind = spec.get("kind")
     if not isinstance(kind, str) or kind not in _BUILDERS:
         raise ValueError(f"unknown scorer kind {kind!r}; known: {', '.join(scorer_kinds())}")
-    options = _Options(kind, spec)
+    options = _Options(kind, spec, python_limits)
     scorer = _BUILDERS[kind](options)
     options.done()
     return scorer

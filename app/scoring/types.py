@@ -54,6 +54,12 @@ class Scorer(Protocol):
         ...
 
 
+def is_deferred(scorer: Scorer) -> bool:
+    """Whether `scorer` is too slow for the advancing transaction (`llm_judge`, `python`):
+    its items wait in `scoring` for a worker's scoring loop, which runs it outside."""
+    return bool(getattr(scorer, "deferred", False))
+
+
 def score_answer(scorer: Scorer, answer: str | None, row: Mapping[str, Any]) -> Score:
     """Run `scorer`, turning any unexpected exception into a `ScorerError` (never a 0)."""
     try:

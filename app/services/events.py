@@ -16,8 +16,9 @@ import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from pydantic import BaseModel
 from redis.asyncio import Redis
 from sqlalchemy import ColumnElement, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -106,16 +107,23 @@ async def publish(redis: Redis, *events: EventOut) -> None:
     await live.publish(redis, events[0].task_id, payloads, expire=finished)
 
 
-@dataclass(frozen=True)
-class StreamEvent:
-    """One event to send, with its JSON text (computed once, shared by every viewer)."""
+E = TypeVar("E", bound=BaseModel)
 
-    event: EventOut
+
+@dataclass(frozen=True)
+class Frame(Generic[E]):
+    """One event to send, with its JSON text (computed once, shared by every viewer); a
+    task's (`StreamEvent`) or an experiment's (`experiment_events.ExperimentFrame`)."""
+
+    event: E
     json: str
 
     @classmethod
-    def of(cls, event: EventOut) -> StreamEvent:
+    def of(cls, event: E) -> Frame[E]:
         return cls(event, event.model_dump_json())
+
+
+StreamEvent = Frame[EventOut]
 
 
 @dataclass(frozen=True)

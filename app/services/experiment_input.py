@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,10 @@ from app.errors import InvalidInput, TooLarge
 from app.experiment_schemas import ArmCreate, ExperimentCreate
 from app.resolve import Problem, check_inputs, dotted, problem, resolve_spec
 from app.schemas import TaskCreate
+from app.scoring.python_code import PythonLimits
 from app.scoring.registry import scorer_for
 from app.scoring.types import Scorer
+from app.services.experiment_scoring import scorer_problems
 
 PLACEHOLDER_PROMPT = "(each row's problem_statement)"
 SET_PER_ROW = ("prompt", "input_files", "mode")
@@ -41,11 +43,12 @@ def check_experiment(body: ExperimentCreate, settings: Settings) -> Checked:
     """The experiment, every row and arm checked; InvalidInput listing every problem."""
     problems: list[Problem] = []
     _check_sizes(body, settings, problems)
-    scorer = _scorer(body.scorer, problems)
+    scorer = _scorer(body.scorer, settings, problems)
     arms = [_check_arm(i, arm, settings, problems) for i, arm in enumerate(body.arms)]
     _unique_arm_names(body.arms, problems)
     rows = _check_rows(body.dataset.rows, scorer, settings, problems)
     rows = _slice(rows, body.start_id, body.end_id, problems)
+    _check_prompt_fields(body, settings, problems)
     if problems:
         raise InvalidInput(_summary(problems), details=problems)
     return Checked(arms=arms, rows=rows, scorer=dict(body.scorer))
@@ -72,12 +75,14 @@ def _check_sizes(body: ExperimentCreate, s: Settings, problems: list[Problem]) -
         problems.append(problem(("dataset", "rows"), msg, "too_many"))
 
 
-def _scorer(spec: Mapping[str, Any], problems: list[Problem]) -> Scorer | None:
+def _scorer(spec: Mapping[str, Any], s: Settings, problems: list[Problem]) -> Scorer | None:
     try:
-        return scorer_for(spec)
+        scorer = scorer_for(spec, python_limits=PythonLimits.from_settings(s))
     except ValueError as exc:
         problems.append(problem(("scorer",), str(exc)))
         return None
+    problems.extend(scorer_problems(scorer, s))  # an llm_judge's profile and model
+    return scorer
 
 
 def _unique_arm_names(arms: list[ArmCreate], problems: list[Problem]) -> None:
@@ -95,6 +100,8 @@ def _check_arm(
     i: int, arm: ArmCreate, settings: Settings, problems: list[Problem]
 ) -> dict[str, Any]:
     stored = {"name": arm.name, "mode": arm.mode, "task": dict(arm.task)}
+    if arm.prompt_field is not None:
+        stored["prompt_field"] = arm.prompt_field
     given = [key for key in SET_PER_ROW if key in arm.task]
     for key in given:
         msg = "set by the experiment (each row's problem_statement, input_files; the arm's mode)"
@@ -132,6 +139,29 @@ def arm_submission(
     if "mode" in TaskCreate.model_fields:  # vanilla arms: one model call, no sandbox
         data["mode"] = arm["mode"]
     return TaskCreate.model_validate(data)
+
+
+def item_prompt(arm: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """An item's prompt and input files: the row's problem statement and files, or the
+    arm's `prompt_field` (a whole message: a vanilla arm then embeds no files again)."""
+    field = arm.get("prompt_field")
+    if field is None:
+        return row["problem_statement"], row["input_files"]
+    return row[field], {} if arm["mode"] == "vanilla" else row["input_files"]
+
+
+def _check_prompt_fields(body: ExperimentCreate, s: Settings, problems: list[Problem]) -> None:
+    """Every row carries the text of each arm's `prompt_field`, within a prompt's limit."""
+    fields = {arm.prompt_field for arm in body.arms if arm.prompt_field is not None}
+    for i, row in enumerate(body.dataset.rows):
+        for name in sorted(fields):
+            value = row.get(name)
+            if not isinstance(value, str) or not value.strip():
+                msg = f"row {row.get('id')!r}: an arm's prompt_field {name!r} must be text here"
+                problems.append(problem(("dataset", "rows", i, name), msg, "missing"))
+            elif len(value) > s.max_prompt_chars:
+                msg = f"row {row.get('id')!r}: longer than {s.max_prompt_chars} characters"
+                problems.append(problem(("dataset", "rows", i, name), msg, "too_long"))
 
 
 # Rows: ids, problem statements, ground truths, input files
@@ -196,6 +226,14 @@ def _input_files(value: object) -> dict[str, str] | None:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         return None
     return dict(value)
+
+
+def row_problems(rows: Sequence[Mapping[str, Any]], scorer: Scorer) -> list[Problem]:
+    """What stored rows lack for `scorer` (a regrade's check), exactly as creation checks."""
+    problems: list[Problem] = []
+    for i, row in enumerate(rows):
+        _scorable(i, dict(row), scorer, problems)
+    return problems
 
 
 def _scorable(i: int, row: dict[str, Any], scorer: Scorer | None, problems: list[Problem]) -> bool:

@@ -7,6 +7,11 @@ workers never advance the same experiment at once: an item's task is created in 
 transaction that marks it running (never two tasks for one item), and an item is scored
 only while `running`, so a re-run scores nothing twice. Tasks are enqueued after the
 commit; if that fails, reconciliation enqueues the committed rows (invariant 1).
+
+A slow (deferred) scorer is not run here: its items move to `scoring`, and a worker's
+scoring loop scores them outside this transaction (`experiment_scoring`). Every change is
+reported by an experiment event recorded in the same transaction (item.started, item.ended,
+experiment.finished); followers are woken after the commit.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.bus import queue
 from app.config import Settings
 from app.db import models
@@ -28,15 +34,18 @@ from app.db.engine import Sessions
 from app.errors import InvalidInput, TooLarge, TooManyRequests
 from app.ids import utc_now
 from app.resolve import check_inputs, resolve_spec
-from app.scoring.registry import scorer_for
-from app.scoring.types import Scorer, ScorerError, score_answer
+from app.scoring.types import Scorer, ScorerError, is_deferred, score_answer
 from app.services import backpressure
-from app.services.experiment_input import arm_submission
+from app.services.experiment_events import record_experiment_events
+from app.services.experiment_input import arm_submission, item_prompt
+from app.services.experiment_scoring import item_key, json_safe, stored_scorer, wake_followers
 from app.services.tasks import new_task, store_task
 from app.states import TERMINAL, FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
+Event = tuple[str, dict[str, Any]]
+WORK_LEFT = ("pending", "running", "scoring")
 SCORE_BATCH = 200
 """Items scored per experiment and transaction; the rest wait for the next tick."""
 AGENT_REASONS = frozenset(
@@ -48,7 +57,7 @@ AGENT_REASONS = frozenset(
 async def advance_all(sessions: Sessions, redis: Redis, settings: Settings) -> int:
     """Advance every experiment with work left; the number of tasks started."""
     exp = models.Experiment
-    busy = exists().where(Item.experiment_id == exp.id, Item.status == "running")
+    busy = exists().where(Item.experiment_id == exp.id, Item.status.in_(("running", "scoring")))
     async with sessions() as session:
         ids = list(
             await session.scalars(
@@ -57,7 +66,10 @@ async def advance_all(sessions: Sessions, redis: Redis, settings: Settings) -> i
         )
     started = 0
     for experiment_id in ids:
-        started += len(await advance(sessions, redis, settings, experiment_id))
+        try:
+            started += len(await advance(sessions, redis, settings, experiment_id))
+        except Exception:  # one broken experiment must not stop every other one advancing
+            log.error("could not advance experiment %s", experiment_id, exc_info=True)
     return started
 
 
@@ -73,11 +85,13 @@ async def advance(
         )
         if exp is None:
             return []
-        await _score_ended(session, exp)
+        events = await _score_ended(session, settings, exp)
         started: list[str] = []
         if exp.status == "running":
-            started = await _start_pending(session, settings, exp)
-            await _finish_if_done(session, exp)
+            started = await _start_pending(session, settings, exp, events)
+            await _finish_if_done(session, exp, events)
+        recorded = await record_experiment_events(session, exp.id, events)
+    await wake_followers(redis, experiment_id, recorded)
     for task_id in started:
         try:
             await queue.enqueue(redis, task_id)
@@ -89,7 +103,10 @@ async def advance(
 # Scoring the items whose task ended
 
 
-async def _score_ended(session: AsyncSession, exp: models.Experiment) -> None:
+async def _score_ended(
+    session: AsyncSession, settings: Settings, exp: models.Experiment
+) -> list[Event]:
+    """Record how each item whose task ended ends; its `item.ended` events."""
     task = models.Task
     query = (
         select(Item, task)
@@ -102,14 +119,35 @@ async def _score_ended(session: AsyncSession, exp: models.Experiment) -> None:
     )
     rows = list(await session.execute(query))
     if not rows:
-        return
-    scorer = scorer_for(exp.spec["scorer"])
+        return []
+    try:
+        scorer: Scorer | ScorerError = stored_scorer(exp.spec["scorer"], settings)
+    except ValueError as exc:  # a stored spec this version cannot build: its items' error
+        scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
+    events: list[Event] = []
     for item, ended in rows:
         record_end(item, ended, scorer)
+        events.append(("item.ended", ended_data(item)))
+    return events
 
 
-def record_end(item: models.ExperimentItem, task: models.Task | None, scorer: Scorer) -> None:
-    """The item's end from its task's: scored, cancelled or an error of some kind."""
+def ended_data(item: models.ExperimentItem) -> dict[str, Any]:
+    """The `item.ended` event of an item: its new status (`scoring` for a slow scorer)."""
+    return {
+        **item_key(item),
+        "status": item.status,
+        "score": item.score,
+        "error_kind": item.error_kind,
+        "task_id": item.task_id,
+    }
+
+
+def record_end(
+    item: models.ExperimentItem, task: models.Task | None, scorer: Scorer | ScorerError
+) -> None:
+    """The item's end from its task's: scored, cancelled or an error of some kind; or, with
+    a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
+    ScorerError for `scorer`: the scorer could not be built, so an answer is its error."""
     item.updated_at = utc_now()
     if task is None:
         _error(item, "infrastructure", "the item's task no longer exists")
@@ -124,25 +162,32 @@ def record_end(item: models.ExperimentItem, task: models.Task | None, scorer: Sc
         _error(item, kind, task.error or f"the task ended with {reason}", reason=reason)
     elif task.answer is None:
         _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
+    elif isinstance(scorer, ScorerError):
+        _error(item, "scorer", scorer.message, **scorer.detail)
+    elif is_deferred(scorer):
+        item.status = "scoring"
+        item.scoring_until = None
+        item.scoring_claims = 0
     else:
         _score(item, task.answer, scorer)
 
 
 def _score(item: models.ExperimentItem, answer: str, scorer: Scorer) -> None:
     try:
-        score = score_answer(scorer, answer, item.row)
+        with metrics.scoring(scorer.kind):
+            score = score_answer(scorer, answer, item.row)
     except ScorerError as exc:
         _error(item, "scorer", exc.message, **exc.detail)
         return
     item.status = "scored"
     item.score = score.value
-    item.detail = _json_safe(score.detail)
+    item.detail = json_safe(score.detail)
 
 
 def _error(item: models.ExperimentItem, kind: str, message: str, **detail: Any) -> None:
     item.status = "error"
     item.error_kind = kind
-    item.detail = _json_safe({"message": message, **detail})
+    item.detail = json_safe({"message": message, **detail})
 
 
 def _copy_usage(item: models.ExperimentItem, task: models.Task) -> None:
@@ -154,24 +199,11 @@ def _copy_usage(item: models.ExperimentItem, task: models.Task) -> None:
         item.seconds = (task.finished_at - task.started_at).total_seconds()
 
 
-def _json_safe(value: Any) -> Any:
-    """What JSONB stores: strings without NUL, and anything else as its string."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return str(value)
-
-
 # Starting pending items, at most `concurrency` running at once
 
 
 async def _start_pending(
-    session: AsyncSession, settings: Settings, exp: models.Experiment
+    session: AsyncSession, settings: Settings, exp: models.Experiment, events: list[Event]
 ) -> list[str]:
     running = await session.scalar(
         select(func.count())
@@ -199,6 +231,9 @@ async def _start_pending(
         except (InvalidInput, TooLarge, ValidationError) as exc:  # the server changed since
             _error(item, "infrastructure", f"the task was refused: {exc}")
             item.updated_at = utc_now()
+            events.append(("item.ended", ended_data(item)))
+            continue
+        events.append(("item.started", {**item_key(item), "task_id": item.task_id}))
     return started
 
 
@@ -211,7 +246,7 @@ async def _start_item(
 ) -> str:
     """Create the item's task exactly as a submission does, and link it; its id."""
     metadata = {"experiment": exp.id, "row": item.row_id, "arm": item.arm, "attempt": item.attempt}
-    body = arm_submission(arm, item.row["problem_statement"], item.row["input_files"], metadata)
+    body = arm_submission(arm, *item_prompt(arm, item.row), metadata)
     spec = resolve_spec(body, settings)
     files = check_inputs(body, settings)
     await backpressure.admit(session, settings, exp.tenant_id)
@@ -222,12 +257,19 @@ async def _start_item(
     return task.id
 
 
-async def _finish_if_done(session: AsyncSession, exp: models.Experiment) -> None:
+async def _finish_if_done(
+    session: AsyncSession, exp: models.Experiment, events: list[Event]
+) -> None:
+    """Nothing pending, running or scoring: the experiment ends (`finished`, or after a
+    regrade the status it had before, `regrade_ends`)."""
     left = await session.scalar(
         select(func.count())
         .select_from(Item)
-        .where(Item.experiment_id == exp.id, Item.status.in_(("pending", "running")))
+        .where(Item.experiment_id == exp.id, Item.status.in_(WORK_LEFT))
     )
     if not left:
-        exp.status = "finished"
+        spec = dict(exp.spec)
+        exp.status = spec.pop("regrade_ends", "finished")
+        exp.spec = spec
         exp.finished_at = utc_now()
+        events.append(("experiment.finished", {"status": exp.status}))

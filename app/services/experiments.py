@@ -1,5 +1,5 @@
 """Experiments as clients see them: create (checked, stored, first items started), read,
-list items, cancel.
+list (newest first, paged), list items, cancel.
 
 Imported by the API. Every read takes the tenant, so another tenant's experiment is simply
 not found (invariant 6). Creating stores the experiment and all its items in one
@@ -14,29 +14,36 @@ from collections import defaultdict
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.errors import AppError, Conflict, NotFound
+from app.errors import AppError, Conflict, InvalidInput, NotFound
 from app.experiment_schemas import (
     ArmOut,
     ArmProgress,
     ExperimentCreate,
+    ExperimentList,
     ExperimentOut,
     ItemOut,
 )
 from app.ids import new_experiment_id, utc_now
 from app.services import cancel
+from app.services.cursors import decode_cursor, encode_cursor
+from app.services.experiment_events import record_experiment_events
 from app.services.experiment_input import Checked, check_experiment
 from app.services.experiment_runner import advance
+from app.services.experiment_scoring import grading_of, wake_followers
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
 ITEM_COLUMNS = tuple(ItemOut.model_fields)
+DEFAULT_PAGE = 20
+MAX_PAGE = 100
+"""The page sizes of the task list (`services.tasks.MAX_PAGE`)."""
 
 
 async def create_experiment(
@@ -112,15 +119,60 @@ async def find_experiment(
 async def get_experiment(sessions: Sessions, tenant: str, experiment_id: str) -> ExperimentOut:
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-        counts = await session.execute(
-            select(Item.arm, Item.status, func.count())
-            .where(Item.experiment_id == exp.id)
-            .group_by(Item.arm, Item.status)
-        )
-        rows = await session.scalar(
-            select(func.count(func.distinct(Item.row_id))).where(Item.experiment_id == exp.id)
-        )
-        return experiment_out(exp, [(arm, status, n) for arm, status, n in counts], int(rows or 0))
+        (out,) = await _outs(session, [exp])
+        return out
+
+
+async def list_experiments(
+    sessions: Sessions,
+    tenant: str,
+    *,
+    status: str | None = None,
+    limit: int = DEFAULT_PAGE,
+    cursor: str | None = None,
+) -> ExperimentList:
+    """Newest first, `limit` per page; `next_cursor` continues after the last one (the task
+    list's paging: an opaque (created_at, id) key, so rows created meanwhile shift nothing)."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+    exp = models.Experiment
+    query = select(exp).where(exp.tenant_id == tenant)
+    if status is not None:
+        query = query.where(exp.status == status)
+    if cursor is not None:
+        created_at, experiment_id = decode_cursor(cursor)
+        query = query.where(tuple_(exp.created_at, exp.id) < tuple_(created_at, experiment_id))
+    query = query.order_by(exp.created_at.desc(), exp.id.desc()).limit(limit + 1)
+    async with sessions() as session:
+        found = list(await session.scalars(query))
+        page = found[:limit]
+        outs = await _outs(session, page)
+    more = len(found) > limit
+    return ExperimentList(
+        experiments=outs,
+        next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+    )
+
+
+async def _outs(session: AsyncSession, exps: list[models.Experiment]) -> list[ExperimentOut]:
+    """The wire form of a page of experiments: their progress in two grouped queries."""
+    ids = [exp.id for exp in exps]
+    if not ids:
+        return []
+    counts: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for experiment_id, arm, status, n in await session.execute(
+        select(Item.experiment_id, Item.arm, Item.status, func.count())
+        .where(Item.experiment_id.in_(ids))
+        .group_by(Item.experiment_id, Item.arm, Item.status)
+    ):
+        counts[experiment_id].append((arm, status, n))
+    distinct_rows = await session.execute(
+        select(Item.experiment_id, func.count(func.distinct(Item.row_id)))
+        .where(Item.experiment_id.in_(ids))
+        .group_by(Item.experiment_id)
+    )
+    rows = {experiment_id: int(n) for experiment_id, n in distinct_rows}
+    return [experiment_out(exp, counts[exp.id], rows.get(exp.id, 0)) for exp in exps]
 
 
 def experiment_out(
@@ -138,6 +190,7 @@ def experiment_out(
         finished_at=exp.finished_at,
         arms=[ArmOut(name=arm["name"], mode=arm["mode"]) for arm in arms],
         scorer=exp.spec["scorer"],
+        grading=grading_of(exp.spec),
         attempts=exp.spec["attempts"],
         concurrency=exp.spec["concurrency"],
         rows=rows,
@@ -169,18 +222,35 @@ async def cancel_experiment(
         exp = await find_experiment(session, tenant, experiment_id, lock=True)
         if exp.status == "finished":
             raise Conflict(f"experiment {experiment_id} already finished")
+        if exp.status == "running" and "regrade_ends" in exp.spec:  # its runs already ended
+            raise Conflict(f"experiment {experiment_id} is being regraded; wait for it to end")
+        first = exp.status != "cancelled"  # a second cancel changes and reports nothing
         exp.status = "cancelled"
         exp.finished_at = exp.finished_at or utc_now()
-        await session.execute(
+        dropped = await session.execute(
             update(Item)
             .where(Item.experiment_id == exp.id, Item.status == "pending")
             .values(status="cancelled", updated_at=utc_now())
+            .returning(Item.seq, Item.row_id, Item.arm, Item.attempt)
+        )
+        ended = {"status": "cancelled", "score": None, "error_kind": None, "task_id": None}
+        events = await record_experiment_events(
+            session,
+            exp.id,
+            [
+                *(
+                    ("item.ended", {"row_id": row_id, "arm": arm, "attempt": attempt, **ended})
+                    for _, row_id, arm, attempt in sorted(dropped)
+                ),
+                *([("experiment.cancelled", {})] if first else []),
+            ],
         )
         running = list(
             await session.scalars(
                 select(Item.task_id).where(Item.experiment_id == exp.id, Item.status == "running")
             )
         )
+    await wake_followers(redis, experiment_id, events)
     for task_id in running:
         if task_id is None:
             continue

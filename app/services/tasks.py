@@ -7,10 +7,7 @@ only after its row is committed (invariant 1).
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
-from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -25,7 +22,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import InvalidInput
 from app.ids import new_task_id, utc_now
-from app.resolve import check_inputs, problem, resolve_spec
+from app.resolve import check_inputs, resolve_spec
 from app.schemas import (
     ActionOut,
     SkippedArtifact,
@@ -37,7 +34,9 @@ from app.schemas import (
     UsageOut,
 )
 from app.services import backpressure, idempotency
+from app.services.cursors import decode_cursor, encode_cursor
 from app.services.events import record_event
+from app.services.task_filters import TaskFilters
 from app.services.visibility import find_task
 from app.specs import TaskSpec, read_spec, stored
 from app.states import FinishReason, TaskStatus
@@ -152,18 +151,25 @@ async def list_tasks(
     status: TaskStatus | None = None,
     limit: int = 20,
     cursor: str | None = None,
+    filters: TaskFilters | None = None,
 ) -> TaskList:
-    """Newest first, `limit` per page; `next_cursor` continues after the last item."""
+    """Newest first, `limit` per page; `next_cursor` continues after the last item.
+
+    The filters narrow the same walk down the (tenant, created_at) index, so a cursor from a
+    filtered page continues the filtered list (the cursor is a position, not a query).
+    """
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
-    query = _page_query(tenant, status, cursor).limit(limit + 1)
+    query = _page_query(tenant, status, cursor)
+    if filters is not None:
+        query = filters.apply(query)
     async with sessions() as session:
-        rows = list(await session.scalars(query))
+        rows = list(await session.scalars(query.limit(limit + 1)))
     page = rows[:limit]
     more = len(rows) > limit
     return TaskList(
         items=[task_out(row) for row in page],
-        next_cursor=_encode_cursor(page[-1]) if more else None,
+        next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
     )
 
 
@@ -173,26 +179,9 @@ def _page_query(tenant: str, status: TaskStatus | None, cursor: str | None) -> S
     if status is not None:
         query = query.where(task.status == status)
     if cursor is not None:
-        created_at, task_id = _decode_cursor(cursor)
+        created_at, task_id = decode_cursor(cursor)
         query = query.where(tuple_(task.created_at, task.id) < tuple_(created_at, task_id))
     return query.order_by(task.created_at.desc(), task.id.desc())
-
-
-def _encode_cursor(row: models.Task) -> str:
-    raw = json.dumps([row.created_at.isoformat(), row.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, task_id = json.loads(raw)
-        when = datetime.fromisoformat(created_at)
-        if when.tzinfo is None or not isinstance(task_id, str) or "\x00" in task_id:
-            raise ValueError("cursor without a time zone or a usable id")
-        return when, task_id
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput("bad cursor", details=[problem(("cursor",), "bad cursor")]) from exc
 
 
 async def get_trajectory(
@@ -262,6 +251,7 @@ def task_out(row: models.Task) -> TaskOut:
         sandbox=spec.sandbox,
         tools=spec.tools,
         prompt_config=spec.prompt_config,
+        mode=spec.mode,
         metadata=row.meta,
         attempt=row.attempt,
         answer=row.answer,

@@ -96,9 +96,10 @@
   };
 
   class ApiError extends Error {
-    constructor(status, message) {
+    constructor(status, message, details) {
       super(message);
       this.status = status;
+      this.details = Array.isArray(details) ? details : []; // the error body's {loc, msg}s
     }
   }
 
@@ -111,14 +112,16 @@
     }
     if (!response.ok) {
       let message = `${response.status} ${response.statusText}`;
+      let details = [];
       try {
         const body = await response.json();
         if (body && body.error && body.error.message) message = body.error.message;
+        if (body && body.error && Array.isArray(body.error.details)) details = body.error.details;
       } catch (ignored) {
         // not JSON: keep the status line
       }
       if (response.status === 401) keyPanel.open("This server wants an API key.");
-      throw new ApiError(response.status, message);
+      throw new ApiError(response.status, message, details);
     }
     return response;
   }
@@ -178,7 +181,9 @@
       this.close();
       taskList.refresh();
       profiles.refresh();
+      limits.refresh();
       if (router.view) router.view.reconnectNow();
+      if (window.Sandhive.experiments) window.Sandhive.experiments.refresh();
     },
     label() {
       $("#key-toggle").textContent = auth.key ? "API key ✓" : "API key";
@@ -229,59 +234,63 @@
     },
   };
 
-  // ------------------------------------------------------------------ the task list
+  // ------------------------------------------------------------------ the task list (task_list.js)
 
   const taskList = {
-    timer: null,
-    lastRendered: "",
+    lastRendered: "", // kept for the router; task_list.js redraws when the open task changes
     init() {
-      this.refresh();
-      this.timer = setInterval(() => {
-        if (!document.hidden) this.refresh();
-      }, LIST_POLL_MS);
-      document.addEventListener("visibilitychange", () => {
-        if (!document.hidden) this.refresh();
-      });
+      if (window.Sandhive.taskList) window.Sandhive.taskList.init();
     },
-    async refresh() {
-      const note = $("#task-list-note");
-      try {
-        const page = await apiJson("/v1/tasks?limit=30");
-        note.textContent = page.items.length ? "" : "No tasks yet.";
-        this.render(page.items);
-      } catch (error) {
-        note.textContent = `Could not load tasks: ${error.message}`;
-      }
+    refresh() {
+      if (window.Sandhive.taskList) window.Sandhive.taskList.refresh();
     },
-    render(items) {
-      const current = router.view ? router.view.id : null;
-      const signature = JSON.stringify([current, items.map((t) => [t.id, t.status, t.usage.steps])]);
-      if (signature === this.lastRendered) {
-        this.updateTimes();
-        return;
-      }
-      this.lastRendered = signature;
-      const list = $("#task-list");
-      list.replaceChildren(
-        ...items.map((task) =>
-          el(
-            "li",
-            { class: task.id === current ? "active" : "" },
-            el(
-              "a",
-              { href: `#/tasks/${task.id}`, title: task.prompt },
-              el("span", { class: `dot ${task.status}`, title: task.status }),
-              el("span", { class: "task-prompt", text: task.prompt.split("\n")[0] }),
-              el("span", { class: "task-when", "data-created": task.created_at, text: formatAgo(task.created_at) }),
-            ),
-          ),
+  };
+
+  // ------------------------------------------------------------------ errors as the API words them
+
+  /** "N bytes" in a server message, as KiB/MiB. */
+  function humanSizes(text) {
+    return String(text).replace(/\b(\d{4,}) bytes\b/g, (_all, n) => formatBytes(Number(n)));
+  }
+
+  /** An error's message, then each of its details with where it is (`limits.max_steps: …`). */
+  function errorView(error, prefix) {
+    const details = (error.details || []).filter((d) => d && typeof d === "object" && d.msg);
+    const where = (d) => (Array.isArray(d.loc) ? d.loc.filter((p, i) => !(i === 0 && ["body", "query", "path"].includes(p))).join(".") : "");
+    const view = el("span", { class: "api-error" }, el("span", { class: "api-error-message", text: `${prefix}: ${humanSizes(error.message)}` }));
+    if (details.length > 1 || (details.length === 1 && !error.message.includes(details[0].msg))) {
+      view.append(
+        el(
+          "ul",
+          { class: "api-error-details" },
+          ...details.slice(0, 20).map((d) => el("li", {}, where(d) ? el("code", { text: where(d) }) : null, where(d) ? ": " : "", humanSizes(d.msg))),
         ),
       );
-    },
-    updateTimes() {
-      for (const node of document.querySelectorAll(".task-when[data-created]")) {
-        node.textContent = formatAgo(node.dataset.created);
+    }
+    return view;
+  }
+
+  // ------------------------------------------------------------------ the server's submission limits (GET /v1/limits)
+
+  const limits = {
+    value: null,
+    async refresh() {
+      try {
+        this.value = await apiJson("/v1/limits");
+      } catch (ignored) {
+        this.value = null; // the server then checks alone, as it always does
       }
+    },
+    /** Why these files would be refused, before sending them; null when they fit. */
+    problem(files) {
+      const l = this.value;
+      if (!l || !files.length) return null;
+      if (files.length > l.max_input_files) return `${files.length} files: at most ${l.max_input_files} per task`;
+      const big = files.find((f) => f.file.size > l.max_input_file_bytes);
+      if (big) return `${big.path} is ${formatBytes(big.file.size)}: at most ${formatBytes(l.max_input_file_bytes)} per file`;
+      const total = files.reduce((sum, f) => sum + f.file.size, 0);
+      if (total > l.max_input_total_bytes) return `the files are ${formatBytes(total)} together: at most ${formatBytes(l.max_input_total_bytes)} in all`;
+      return null;
     },
   };
 
@@ -327,6 +336,10 @@
         this.files.push({ path, file });
       }
       this.renderFiles();
+      const problem = limits.problem(this.files); // said at once, not only when submitting
+      const error = $("#form-error");
+      error.textContent = problem ? `Too large for this server: ${problem}.` : "";
+      show(error, Boolean(problem));
     },
     renderFiles() {
       $("#file-list").replaceChildren(
@@ -375,6 +388,12 @@
         $("#prompt").focus();
         return;
       }
+      const tooLarge = limits.problem(this.files);
+      if (tooLarge) {
+        error.textContent = `Not submitted (nothing was uploaded): ${tooLarge}.`;
+        show(error, true);
+        return;
+      }
       const button = $("#submit");
       button.disabled = true;
       button.textContent = "Submitting…";
@@ -386,7 +405,7 @@
         location.hash = `#/tasks/${created.id}`;
         taskList.refresh();
       } catch (failure) {
-        error.textContent = `Not submitted: ${failure.message}`;
+        error.replaceChildren(errorView(failure, "Not submitted"));
         show(error, true);
       } finally {
         button.disabled = false;
@@ -694,6 +713,8 @@
       $("#t-meta").replaceChildren();
       this.setStatus("loading");
       $("#cancel").onclick = () => this.cancel();
+      // Follow mode, step rail, outcome card, charts: task_view.js.
+      this.extras = window.Sandhive.taskView ? window.Sandhive.taskView.attach(this) : null;
       this.clock = setInterval(() => this.renderMeta(), 1000);
       await this.reload();
       this.connect();
@@ -704,6 +725,7 @@
       clearTimeout(this.retryTimer);
       clearTimeout(this.silenceTimer);
       clearInterval(this.clock);
+      if (this.extras) this.extras.stop();
       if (this.ws) this.ws.close(1000);
       for (const url of this.objectUrls) URL.revokeObjectURL(url);
     }
@@ -720,6 +742,7 @@
       this.setStatus(this.task.status);
       this.renderMeta();
       if (TERMINAL.has(this.task.status)) this.renderFinish(this.task);
+      if (this.extras) this.extras.task(this.task);
     }
 
     // -- the stream
@@ -855,6 +878,7 @@
         default:
           break; // keepalive and anything newer than this page
       }
+      if (this.extras) this.extras.event(event);
     }
 
     card(attempt, index) {
@@ -948,14 +972,34 @@
       this.route();
     },
     route() {
-      const match = location.hash.match(/^#\/tasks\/([A-Za-z0-9_-]+)$/);
+      // The Experiments view (experiments.js) owns #/experiments…; this router, the rest.
+      const other = window.Sandhive.experiments;
+      const elsewhere = Boolean(other && other.claims(location.hash));
+      document.body.classList.toggle("in-experiments", elsewhere);
+      show($("#tasks-main"), !elsewhere);
+      show($("#experiments"), elsewhere);
+      if (other) other.route(elsewhere ? location.hash : null);
+      if (elsewhere) {
+        if (this.view) this.view.stop();
+        this.view = null;
+        return;
+      }
+      // Two tasks side by side (compare.js) owns #/compare/A/B.
+      const compare = window.Sandhive.compare;
+      const comparing = Boolean(compare && compare.claims(location.hash));
+      if (compare) compare.route(comparing ? location.hash : null);
+      const match = location.hash.match(/^#\/tasks\/([A-Za-z0-9_-]+)(?:\/steps\/(\d+))?$/);
       const id = match ? match[1] : null;
-      if (this.view && this.view.id === id) return;
+      const step = match && match[2] ? Number(match[2]) : null; // #/tasks/ID/steps/N: step N, from 1
+      if (this.view && this.view.id === id) {
+        if (step && this.view.extras) this.view.extras.goto(step);
+        return;
+      }
       if (this.view) this.view.stop();
       this.view = null;
-      document.body.classList.toggle("has-task", Boolean(id));
+      document.body.classList.toggle("has-task", Boolean(id) || comparing);
       show($("#task"), Boolean(id));
-      show($("#empty"), !id);
+      show($("#empty"), !id && !comparing);
       if (!id) {
         conn.set("idle", "");
         taskList.lastRendered = "";
@@ -963,6 +1007,7 @@
         return;
       }
       this.view = new TaskView(id);
+      this.view.step = step;
       this.view.start();
       taskList.lastRendered = "";
       taskList.refresh();
@@ -970,11 +1015,19 @@
     },
   };
 
+  // What experiments.js (loaded after this script) builds on: one API client, one way to
+  // insert text, one connection badge.
+  window.Sandhive = { el, show, api, apiJson, auth, conn, download, formatAgo, formatBytes, formatMs };
+  // task_list.js and compare.js: the open task (to highlight it) and errors with their details.
+  window.Sandhive.currentTaskId = () => (router.view ? router.view.id : null);
+  window.Sandhive.errorView = errorView;
+
   document.addEventListener("DOMContentLoaded", () => {
     keyPanel.init();
     submitForm.init();
     $("#task-form").elements.profile.addEventListener("change", () => profiles.picked());
     profiles.refresh();
+    limits.refresh();
     taskList.init();
     router.init();
   });

@@ -28,7 +28,7 @@ from app.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.sandbox.pool import pool_labels
 from app.services import admin, experiment_runner
-from app.worker import heartbeat, reaping, taking
+from app.worker import heartbeat, reaping, scoring, taking
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
 from app.worker.health import Readiness
@@ -109,6 +109,7 @@ class Worker:
             "experiments",
             lambda: experiment_runner.advance_all(ctx.sessions, ctx.redis, s),
         )
+        chores.start(s.experiment_tick_s, "scoring", lambda: scoring.score_waiting(ctx))
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         try:

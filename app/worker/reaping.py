@@ -2,8 +2,8 @@
 
 Run by every worker at start and every `worker_reap_interval_s`. A sandbox
 goes when its task is finished or unknown, when a newer attempt of its task
-started, or when its worker is gone (a warm-pool sandbox, which has no task,
-only then); then so do this deployment's volumes that no container uses any
+started, or when its worker is gone (a warm-pool sandbox or a python scorer's,
+which have no task, only then); then so do this deployment's volumes that no container uses any
 more (a workdir whose container was removed without it). "Gone" is checked
 twice, a heartbeat period apart, so a Redis that just lost every heartbeat key
 (a restart without persistence) does not make live workers look dead.
@@ -45,9 +45,9 @@ async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[st
     ]
     if not found:
         return []
-    states = await attempts.task_states(ctx.sessions, {c.task_id for c in found if not c.pooled})
-    # Warm-pool sandboxes have no task: only their worker's death dooms them.
-    finished = [c for c in found if not c.pooled and _is_over(c, states.get(c.task_id))]
+    tasked = [c for c in found if not _taskless(c)]
+    states = await attempts.task_states(ctx.sessions, {c.task_id for c in tasked})
+    finished = [c for c in tasked if _is_over(c, states.get(c.task_id))]
     removed = await reaper.remove_all(ctx.docker, finished)
     orphans = await _without_live_worker(ctx, [c for c in found if c not in finished])
     if orphans:
@@ -57,6 +57,13 @@ async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[st
     if removed:
         log.info("reaped %d sandboxes: %s", len(removed), [r[:12] for r in removed])
     return removed
+
+
+def _taskless(container: Labelled) -> bool:
+    """A warm-pool sandbox, or a `python` scorer's (`app.sandbox.python_scorer`): no task,
+    so only its worker's death dooms it (a scorer's left between create and start, whose
+    deadline never began)."""
+    return container.pooled or not container.task_id
 
 
 def _is_over(container: Labelled, state: tuple[str, int] | None) -> bool:

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.app import create_app
 from app.config import Settings
+from tests.support.experiments import ADMIN_KEY
 
 
 @asynccontextmanager
@@ -44,6 +45,13 @@ def api_settings(make_settings: Callable[..., Settings]) -> Settings:
 @pytest.fixture
 async def client(api_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     async with serve(create_app(api_settings)) as client:
+        yield client
+
+
+@pytest.fixture
+async def keyed_client(make_settings: Callable[..., Settings]) -> AsyncIterator[httpx.AsyncClient]:
+    """The API requiring API keys, `ADMIN_KEY` its admin key (`as_tenant` acts for a tenant)."""
+    async with serve(create_app(make_settings(auth="keys", admin_api_key=ADMIN_KEY))) as client:
         yield client
 
 

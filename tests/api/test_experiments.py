@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.api.app import create_app
 from app.config import Settings
@@ -17,32 +18,7 @@ from app.db.engine import Sessions
 from app.resources import open_resources
 from app.services import experiment_runner
 from tests.api.conftest import assert_error, serve
-
-ADMIN_KEY = "sk-admin-experiments-0123456789abcdef"
-
-
-def experiment(**overrides: Any) -> dict[str, Any]:
-    rows = [
-        {"id": f"q{i}", "problem_statement": f"What is {i} + {i}?", "ground_truth": str(2 * i)}
-        for i in range(1, 4)
-    ]
-    return {
-        "name": "sums",
-        "dataset": {"rows": rows},
-        "arms": [{"name": "a", "task": {"limits": {"max_steps": 5}}}, {"name": "b"}],
-        "scorer": {"kind": "math"},
-        "concurrency": 2,
-        **overrides,
-    }
-
-
-async def counts(sessions: Sessions) -> tuple[int, int, int]:
-    async with sessions() as session:
-        return (
-            await session.scalar(select(func.count()).select_from(models.Experiment)) or 0,
-            await session.scalar(select(func.count()).select_from(models.ExperimentItem)) or 0,
-            await session.scalar(select(func.count()).select_from(models.Task)) or 0,
-        )
+from tests.support.experiments import as_tenant, counts, experiment, progress
 
 
 def rows_with(*rows: dict[str, Any]) -> dict[str, Any]:
@@ -194,13 +170,7 @@ async def test_create_starts_the_first_items_and_links_each_to_its_task(
         assert exp["id"].startswith("exp_")
         assert (exp["status"], exp["rows"], exp["attempts"]) == ("running", 3, 2)
         assert [arm["name"] for arm in exp["arms"]] == ["a", "b"]
-        assert exp["progress"]["a"] == {
-            "pending": 5,
-            "running": 1,
-            "scored": 0,
-            "error": 0,
-            "cancelled": 0,
-        }
+        assert exp["progress"]["a"] == progress(pending=5, running=1)
         assert exp["progress"]["b"]["running"] == 1, "concurrency 2: q1 in both arms"
         items = (await client.get(f"/v1/experiments/{exp['id']}/items")).json()["items"]
         assert len(items) == 12
@@ -277,21 +247,16 @@ async def test_cancel_ends_queued_items_and_refuses_a_second_finish(
         assert (await client.post(f"{url}/cancel")).status_code == 202, "cancelled again: same"
 
 
-async def test_another_tenants_experiment_is_not_found(
-    make_settings: Callable[..., Settings],
-) -> None:
-    settings = make_settings(auth="keys", admin_api_key=ADMIN_KEY)
-    alice = {"Authorization": f"Bearer {ADMIN_KEY}", "X-Sandhive-Tenant": "alice"}
-    bob = {"Authorization": f"Bearer {ADMIN_KEY}", "X-Sandhive-Tenant": "bob"}
-    async with serve(create_app(settings)) as client:
-        created = await client.post("/v1/experiments", json=experiment(), headers=alice)
-        url = f"/v1/experiments/{created.json()['id']}"
-        assert (await client.get(url, headers=alice)).status_code == 200
-        for path in ("", "/results", "/items", "/items?format=csv"):
-            assert_error(await client.get(url + path, headers=bob), 404, "not_found")
-        assert_error(await client.post(f"{url}/cancel", headers=bob), 404, "not_found")
-        assert (await client.get(url, headers=alice)).json()["status"] == "running"
-        assert_error(await client.get(url), 401, "unauthorized")
+async def test_another_tenants_experiment_is_not_found(keyed_client: httpx.AsyncClient) -> None:
+    alice, bob = as_tenant("alice"), as_tenant("bob")
+    created = await keyed_client.post("/v1/experiments", json=experiment(), headers=alice)
+    url = f"/v1/experiments/{created.json()['id']}"
+    assert (await keyed_client.get(url, headers=alice)).status_code == 200
+    for path in ("", "/results", "/items", "/items?format=csv"):
+        assert_error(await keyed_client.get(url + path, headers=bob), 404, "not_found")
+    assert_error(await keyed_client.post(f"{url}/cancel", headers=bob), 404, "not_found")
+    assert (await keyed_client.get(url, headers=alice)).json()["status"] == "running"
+    assert_error(await keyed_client.get(url), 401, "unauthorized")
 
 
 async def test_items_refused_by_backpressure_wait_and_start_later(

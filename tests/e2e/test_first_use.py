@@ -7,8 +7,6 @@ and `sandhive demo` submits through the running service so its run is in the pag
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from app.config import SCRIPTED_ONLY_NOTICE, Settings
 from app.scripted import DEMO_ANSWER
 from app.scripted.profile import TOUR_ANSWER, TOUR_IMAGE
 from tests.e2e.test_browser_page import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
-from tests.support.processes import Service, running_service, settings_env
+from tests.support.processes import Service, run_app, running_service, settings_env
 
 README_PROMPT = "Compute the 10th Catalan number and write it to answer.txt"
 
@@ -71,15 +69,7 @@ def test_the_readme_first_task_runs_from_the_page_with_no_model(service: Service
 def test_sandhive_demo_submits_through_the_running_service(
     service: Service, bare: Settings, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "demo", "--api-url", service.base_url],
-        env=settings_env(bare),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_app("demo", "--api-url", service.base_url, env=settings_env(bare), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"answer: {DEMO_ANSWER}" in done.stdout, done.stdout
     assert "running locally" not in done.stdout
@@ -89,15 +79,7 @@ def test_sandhive_demo_submits_through_the_running_service(
 
 
 def test_sandhive_demo_runs_locally_without_a_service(bare: Settings, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "demo", "--api-url", "http://127.0.0.1:9"],
-        env=settings_env(bare),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_app("demo", "--api-url", "http://127.0.0.1:9", env=settings_env(bare), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "running locally (no service at http://127.0.0.1:9)" in done.stdout
     assert f"answer: {DEMO_ANSWER}" in done.stdout
@@ -106,15 +88,7 @@ def test_sandhive_demo_runs_locally_without_a_service(bare: Settings, tmp_path: 
 def test_sandhive_run_serves_the_scripted_profile_itself(bare: Settings, tmp_path: Path) -> None:
     env = {**settings_env(bare), "SANDHIVE_SCRIPTED_PROFILE": "false"}  # the flag is enough
     args = ["run", "--llm-profile", "scripted", "--model", "tour", "--prompt", "anything"]
-    done = subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_app(*args, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"answer: {TOUR_ANSWER}" in done.stdout, done.stdout
     (image,) = (tmp_path / "output").glob(f"*/files/{TOUR_IMAGE}")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from app.scripted import ScriptedLLMServer
-from tests.e2e.test_task_end_to_end import EXPECTED, answer_script
+from tests.e2e.test_task_end_to_end import EXPECTED, SQUARES, answer_script
 
 RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")
 """`<YYYYMMDD_HHMMSS>`, as the reference package names its run folders (app/local.py)."""
@@ -27,18 +27,16 @@ def local_sandboxes() -> set[str]:
     return set(out.stdout.split())
 
 
-def printed_steps(stdout: str) -> list[tuple[int, str, str]]:
-    """(index, action tool, what was printed for it) per step, as the terminal printer shows
-    them: a `step N` rule, then panels titled `action: <tool>` and `observation`."""
-    body = re.split(r"─ finished ─", stdout, maxsplit=1)[0]  # before the closing summary
-    rules = list(re.finditer(r"─ step (\d+) ─", body))
-    steps = []
-    for rule, following in zip(rules, [*rules[1:], None], strict=True):
-        chunk = body[rule.end() : following.start() if following else len(body)]
-        actions = re.findall(r"action: (\w+)", chunk)
-        assert len(actions) == 1, chunk
-        steps.append((int(rule.group(1)), actions[0], chunk))
-    return steps
+def printed_steps(stdout: str) -> list[tuple[int, str]]:
+    """(number, what was printed for it) per step, as the terminal printer shows them: a
+    `Step N` rule, then the step's text, action and result (app/run_display.py), up to the
+    closing `finished` panel."""
+    body = re.split(r"╭─ finished ", stdout, maxsplit=1)[0]
+    rules = list(re.finditer(r"─ Step (\d+) ─", body))
+    return [
+        (int(rule.group(1)), body[rule.end() : following.start() if following else len(body)])
+        for rule, following in zip(rules, [*rules[1:], None], strict=True)
+    ]
 
 
 def test_sandhive_run_writes_files_and_reference_trajectory(
@@ -76,17 +74,16 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    # Each step is printed as it happens, in order, with its action and its observation
-    # (the answer shows in step 0's observation, not only in the closing summary).
+    # Each step is printed as it happens, numbered from 1 as in the page, with its action and
+    # its result (the answer shows in step 1's output, not only in the closing summary).
     steps = printed_steps(done.stdout)
-    assert [(index, tool) for index, tool, _ in steps] == [
-        (0, "execute_bash"),
-        (1, "str_replace_editor"),
-        (2, "submit"),
-    ], done.stdout
-    assert EXPECTED in steps[0][2]
-    assert "File created at /testbed/output/answer.txt" in steps[1][2]
-    assert "<<< Finished >>>" in steps[2][2]
+    assert [number for number, _ in steps] == [1, 2, 3], done.stdout
+    assert f'$ python3 -c "{SQUARES}"' in steps[0][1]
+    assert f"│ {EXPECTED}" in steps[0][1]
+    assert "create /testbed/output/answer.txt" in steps[1][1]
+    assert f"+{EXPECTED}" in steps[1][1]
+    assert "File created at /testbed/output/answer.txt" in steps[1][1]
+    assert "<<< Finished >>>" in steps[2][1]
     assert "finish_reason: submitted (3 steps)" in done.stdout
     assert f"answer: {EXPECTED}" in done.stdout
     # Its sandbox is gone (ids new since the run started: other runs' are not ours to judge).

@@ -50,8 +50,9 @@ def test_a_built_scorer_scores() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"kind": "llm_judge"}, "unknown scorer kind 'llm_judge'; known: contains, exact"),
-        ({"kind": "python"}, "unknown scorer kind"),
+        ({"kind": "judge"}, "unknown scorer kind 'judge'; known: contains, exact"),
+        ({"kind": "llm_judge"}, "scorer 'llm_judge' needs a 'profile'"),
+        ({"kind": "python"}, "option 'code' must be Python source"),
         ({}, "unknown scorer kind None"),
         ({"kind": 3}, "unknown scorer kind 3"),
         ({"kind": "regex", "pattern": "(unclosed"}, "pattern '(unclosed' is invalid"),

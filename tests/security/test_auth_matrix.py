@@ -29,8 +29,12 @@ from tests.support.rows import insert_artifact, insert_step
 
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 """Operations that need no key; every other one must answer 401 without a valid key."""
-PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics", "/", "/static/{name}"}
-"""Routes outside /v1: probes, metrics (no tenant data) and the browser page (asks for a key)."""
+PUBLIC_PATHS = {
+    *("/healthz", "/readyz", "/metrics", "/", "/static/{name}"),
+    *("/docs", "/docs/assets/{name}"),
+}
+"""Routes outside /v1: probes, metrics (no tenant data), the browser page (asks for a key)
+and the API docs (the schema only)."""
 WAIT_S = 20.0
 TASK = {"prompt": "compute", "metadata": {"n": 1}}
 EXPERIMENT = {
@@ -100,6 +104,8 @@ async def call(
 ) -> httpx.Response:
     bodies = {("POST", "/v1/tasks"): TASK, ("POST", "/v1/experiments"): EXPERIMENT}
     body: Any = bodies.get((method, path))
+    if method == "POST" and path.endswith("/regrade"):
+        body = {"scorer": {"kind": "exact"}}
     return await client.request(method, path, json=body, headers=headers, params=params)
 
 
@@ -149,7 +155,10 @@ async def test_every_route_is_either_public_or_behind_a_key(keyed_settings: Sett
             assert needs_tenant(route.dependant), route.path
         else:
             assert route.path in PUBLIC_PATHS, f"{route.path} is public: add it to PUBLIC_PATHS?"
-    assert websocket_routes == {"/v1/tasks/{task_id}/stream"}
+    assert websocket_routes == {
+        "/v1/tasks/{task_id}/stream",
+        "/v1/experiments/{experiment_id}/stream",
+    }
 
 
 async def test_a_multipart_submission_needs_a_key_too(
@@ -194,6 +203,22 @@ async def test_websocket_and_sse_refuse_missing_bad_and_revoked_keys(
             async with asyncio.timeout(WAIT_S), websockets.connect(good) as ws:
                 first = await ws.recv()
             assert '"task.queued"' in str(first)
+            # An experiment's stream checks its key the same way.
+            exp_id = await an_experiment(client, tenant_keys.a)
+            for name, headers in bad_credentials(tenant_keys).items():
+                sse = await client.get(f"/v1/experiments/{exp_id}/events", headers=headers)
+                assert_error(sse, 401, "unauthorized")
+                if name == "token in the query":
+                    continue
+                header_only = f"{live.ws_url}/v1/experiments/{exp_id}/stream"
+                assert await read_close(header_only, additional_headers=headers) == ([], 4401), name
+            for token in ("", "garbage", tenant_keys.revoked):
+                url = f"{live.ws_url}/v1/experiments/{exp_id}/stream?token={token}"
+                assert await read_close(url) == ([], 4401), token
+            good = f"{live.ws_url}/v1/experiments/{exp_id}/stream?token={tenant_keys.a}"
+            async with asyncio.timeout(WAIT_S), websockets.connect(good) as ws:
+                first = await ws.recv()
+            assert '"item.started"' in str(first)
 
 
 async def test_another_tenants_ids_answer_exactly_like_unknown_ones(

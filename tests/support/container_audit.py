@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
+from app.sandbox.python_scorer import SCORER_LABEL
 from app.sandbox.reaper import (
     ATTEMPT_LABEL,
     CREATED_LABEL,
@@ -61,8 +62,9 @@ def _labels(labels: dict[str, str]) -> list[str]:
 
     A task sandbox (made by a worker) carries the instance, task, attempt, worker and
     creation time; a warm-pool one the instance and worker (its task is not known when it
-    is made); `sandhive local`, the overhead bench and the sandbox-layer tests make
-    sandboxes outside any deployment and mark them so instead.
+    is made), and so does a python scorer's, with its creation time; `sandhive local`,
+    the overhead bench and the sandbox-layer tests make sandboxes outside any deployment and
+    mark them so instead.
     """
     if labels.get(MANAGED_LABEL) != "1":
         return ["no sandhive.managed label"]
@@ -71,6 +73,8 @@ def _labels(labels: dict[str, str]) -> list[str]:
     required: tuple[str, ...]
     if labels.get(POOL_LABEL) == "1":
         required = (INSTANCE_LABEL, WORKER_LABEL)
+    elif labels.get(SCORER_LABEL) == "python":  # one answer's scorer: no task, its own deadline
+        required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
     else:
         required = (INSTANCE_LABEL, TASK_LABEL, ATTEMPT_LABEL, WORKER_LABEL, CREATED_LABEL)
     problems = [f"no {key} label" for key in required if not labels.get(key)]

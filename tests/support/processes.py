@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,21 @@ def settings_env(settings: Settings) -> dict[str, str]:
             value = ",".join(map(str, value))
         env[f"SANDHIVE_{name.upper()}"] = str(value)
     return env
+
+
+def run_app(
+    *args: str | Path, env: Mapping[str, str], cwd: Path, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m app ARGS` (the `sandhive` command) run to its end, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", *map(str, args)],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @dataclass

@@ -3,6 +3,7 @@
 A Redis server of this package's own (real, private), so no other test flushing DB 15
 interferes: those fixtures live in `tests.support.private_redis_fixtures` (shared with
 the other package that needs one); importing them here scopes them to this package.
+The experiment tests' `fast` settings and their API `client` are here too.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 
+from app.api.app import create_app
 from app.config import Settings
 from app.episode import Runner
 from app.resources import open_resources
 from app.sandbox.docker import DockerHost
 from app.worker.context import WorkerContext
 from app.worker.pool import Worker
+from tests.api.conftest import serve
 from tests.support.private_redis_fixtures import private_redis_url, redis, settings
 
-__all__ = ["ctx", "made", "private_redis_url", "redis", "settings"]
+__all__ = ["client", "ctx", "fast", "made", "private_redis_url", "redis", "settings"]
 
 
 @pytest.fixture
@@ -56,3 +60,16 @@ async def running_worker(settings: Settings) -> AsyncIterator[Worker]:
         pool.stop()
         pool.stop()
         await asyncio.wait_for(running, 60)
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    """For experiments: the advancing chore every 0.2 s, 4 items at once per worker."""
+    return settings.model_copy(update={"experiment_tick_s": 0.2, "worker_concurrency": 4})
+
+
+@pytest.fixture
+async def client(fast: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The API, in process, on the `fast` settings."""
+    async with serve(create_app(fast)) as client:
+        yield client

@@ -20,7 +20,6 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.api.app import create_app
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -28,25 +27,14 @@ from app.resources import open_resources
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import experiment_runner
 from app.worker.pool import Worker
-from tests.api.conftest import serve
+from tests.support.experiments import progress, settled, submit
 from tests.worker.conftest import running_worker
-
-
-@pytest.fixture
-def fast(settings: Settings) -> Settings:
-    return settings.model_copy(update={"experiment_tick_s": 0.2, "worker_concurrency": 4})
 
 
 @pytest.fixture
 async def worker(fast: Settings) -> AsyncIterator[Worker]:
     async with running_worker(fast) as pool:
         yield pool
-
-
-@pytest.fixture
-async def client(fast: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_app(fast)) as client:
-        yield client
 
 
 def answering_from(scripted_llm: ScriptedLLMServer, file: str) -> str:
@@ -88,16 +76,6 @@ def dataset() -> dict[str, Any]:
     return {"rows": rows}
 
 
-async def until(client: httpx.AsyncClient, url: str, status: str, timeout_s: float = 240) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        exp = (await client.get(url)).json()
-        if exp["status"] == status and not any(p["running"] for p in exp["progress"].values()):
-            return exp
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"{url} did not reach {status}: {exp}")
-
-
 async def test_two_arms_five_rows_two_attempts_run_to_finished_with_these_scores(
     fast: Settings,
     client: httpx.AsyncClient,
@@ -121,14 +99,12 @@ async def test_two_arms_five_rows_two_attempts_run_to_finished_with_these_scores
         "attempts": 2,
         "concurrency": 4,
     }
-    created = await client.post("/v1/experiments", json=body)
-    assert created.status_code == 202, created.text
-    url = f"/v1/experiments/{created.json()['id']}"
-    done = await until(client, url, "finished")
+    url = await submit(client, body)
+    done = await settled(client, url, "finished")
     assert done["progress"] == {
-        "sandbox": {"pending": 0, "running": 0, "scored": 10, "error": 0, "cancelled": 0},
-        "other": {"pending": 0, "running": 0, "scored": 8, "error": 2, "cancelled": 0},
-        "vanilla": {"pending": 0, "running": 0, "scored": 10, "error": 0, "cancelled": 0},
+        "sandbox": progress(scored=10),
+        "other": progress(scored=8, error=2),
+        "vanilla": progress(scored=10),
     }
 
     results = (await client.get(f"{url}/results")).json()
@@ -217,7 +193,7 @@ async def test_cancel_mid_run_stops_running_items_and_drops_pending_ones(
     else:
         raise AssertionError(f"the first two items never ran: {states}")
     assert (await client.post(f"{url}/cancel")).json()["status"] == "cancelled"
-    done = await until(client, url, "cancelled", timeout_s=60)
+    done = await settled(client, url, "cancelled", timeout_s=60)
     assert done["progress"]["slow"]["cancelled"] == 4
     for task_id in ids:
         task = (await client.get(f"/v1/tasks/{task_id}")).json()
@@ -258,7 +234,7 @@ async def test_a_worker_stopped_mid_run_leaves_the_experiment_to_the_next_one(
     second = Worker(fast)
     resumed = asyncio.create_task(second.run())
     try:
-        done = await until(client, url, "finished")
+        done = await settled(client, url, "finished")
     finally:
         second.stop()
         await asyncio.wait_for(resumed, 60)

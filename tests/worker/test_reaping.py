@@ -6,7 +6,8 @@ import asyncio
 import subprocess
 
 from app.bus import leases
-from app.sandbox.reaper import labels_for
+from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL
+from app.sandbox.reaper import CREATED_LABEL, INSTANCE_LABEL, WORKER_LABEL, labels_for
 from app.worker.context import WorkerContext
 from app.worker.reaping import reap
 from tests.support.rows import insert_task
@@ -82,3 +83,42 @@ async def test_a_worker_whose_heartbeat_returns_keeps_its_sandboxes(
     removed, _ = await asyncio.gather(reap(ctx, set()), beat_soon())
     assert removed == []
     assert exists(container)
+
+
+def create_container(made: list[str], image: str, labels: dict[str, str]) -> str:
+    """Created, never started: as a worker killed between a scorer's create and start
+    leaves it (its `sleep` deadline never began)."""
+    args = ["docker", "create", "--network", "none"]
+    for key, value in labels.items():
+        args += ["--label", f"{key}={value}"]
+    out = subprocess.run([*args, image, "sleep", "600"], capture_output=True, text=True, check=True)
+    made.append(out.stdout.strip())
+    return made[-1]
+
+
+async def test_a_python_scorers_container_goes_only_when_its_worker_is_gone(
+    ctx: WorkerContext, docker_image: str, made: list[str]
+) -> None:
+    await leases.beat(ctx.redis, "w-scoring", 60_000, {})
+
+    def scorer(worker: str) -> dict[str, str]:
+        return {
+            "sandhive.managed": "1",
+            SCORER_LABEL: "python",
+            RUN_LABEL: worker,
+            INSTANCE_LABEL: ctx.instance,
+            WORKER_LABEL: worker,
+            CREATED_LABEL: "2026-01-01T00:00:00+00:00",
+        }
+
+    orphaned = create_container(made, docker_image, scorer("w-killed"))
+    kept = {
+        create_container(made, docker_image, scorer("w-scoring")): "a live worker's",
+        create_container(made, docker_image, scorer(ctx.name)): "this worker's own",
+    }
+
+    removed = await reap(ctx, set())
+
+    assert removed == [orphaned]
+    assert not exists(orphaned)
+    assert [why for cid, why in kept.items() if not exists(cid)] == []

@@ -1,0 +1,107 @@
+"""The `llm_judge` scorer: a configured model says CORRECT or INCORRECT, `repeats` times.
+
+Only the pure parts live here (options, the prompt, reading verdicts, aggregating them), so
+they are tested without a model; the call itself is the worker's (`app.worker.judge`),
+because the scorer is `deferred`: it is slow and must not run in the advancing transaction.
+The verdict is the last CORRECT/INCORRECT word of the reply after any `</think>`, as the
+reference package's `judge.py` reads it (REFERENCE.md §1.9). A reply with no verdict, or a
+failed call, makes the whole item a scorer error: a judge that could not judge is never a 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from app.scoring.types import Score, ScorerError, ground_truths
+
+Aggregate = Literal["majority", "mean"]
+AGGREGATES: tuple[Aggregate, ...] = ("majority", "mean")
+MAX_REPEATS = 9
+MAX_RUBRIC_CHARS = 20_000
+_VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
+_THINK_END = "</think>"
+
+
+@dataclass(frozen=True)
+class LlmJudgeScorer:
+    """Which model judges (an LLM profile, optionally one of its models), against what."""
+
+    profile: str
+    model: str | None = None
+    rubric: str | None = None
+    repeats: int = 1
+    aggregate: Aggregate = "majority"
+    temperature: float = 0.7
+    """The package's default: repeats only mean something if the judge may vary."""
+
+    kind: ClassVar[str] = "llm_judge"
+    deferred: ClassVar[bool] = True
+
+    @property
+    def needs_ground_truth(self) -> bool:
+        """A rubric can stand on its own; without one, the judge compares to the answer key."""
+        return self.rubric is None
+
+    def score(self, answer: str | None, row: Mapping[str, Any]) -> Score:
+        raise ScorerError("llm_judge is scored by a worker's scoring loop, not in-line")
+
+
+def judge_messages(
+    scorer: LlmJudgeScorer, answer: str, row: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """The one user message the judge gets: problem, reference, rubric, candidate answer."""
+    parts = [
+        "You are grading a candidate's answer to a problem.",
+        f"PROBLEM:\n{row.get('problem_statement', '')}",
+    ]
+    against = "the rubric"
+    if row.get("ground_truth") not in (None, "", []):
+        parts.append("OFFICIAL ANSWER:\n" + "\n".join(ground_truths(row, scorer.kind)))
+        against = "the official answer" + (" and the rubric" if scorer.rubric else "")
+    if scorer.rubric:
+        parts.append(f"RUBRIC:\n{scorer.rubric}")
+    parts.append(f"CANDIDATE ANSWER:\n{final_text(answer)}")
+    parts.append(
+        f"Decide whether the candidate answer is correct according to {against}. Explain "
+        "briefly, then end with one word on its own line: CORRECT or INCORRECT."
+    )
+    return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def final_text(text: str) -> str:
+    """What follows the last `</think>`: a reasoning model's thoughts are not its answer."""
+    return text.rsplit(_THINK_END, 1)[-1].strip()
+
+
+def verdict(reply: str) -> bool | None:
+    """True for CORRECT, False for INCORRECT (the last such word wins), None for neither."""
+    found = _VERDICT.findall(final_text(reply))
+    return None if not found else found[-1].upper() == "CORRECT"
+
+
+def judged(scorer: LlmJudgeScorer, exchanges: Sequence[Mapping[str, Any]]) -> Score:
+    """The score of one answer from its exchanges (`{"reply": ...}` each, in order).
+
+    `majority`: 1 when more than half the verdicts are CORRECT, else 0; `mean`: the share
+    that are. Raises ScorerError (with the exchanges) when any reply has no verdict.
+    """
+    verdicts = [verdict(str(exchange.get("reply", ""))) for exchange in exchanges]
+    detail = {"exchanges": [dict(exchange) for exchange in exchanges], "verdicts": verdicts}
+    if not verdicts:
+        raise ScorerError("the judge gave no reply", detail)
+    missing = [i for i, found in enumerate(verdicts) if found is None]
+    if missing:
+        raise ScorerError(
+            f"the judge's reply {missing[0] + 1} of {len(verdicts)} has no verdict "
+            "(CORRECT or INCORRECT)",
+            detail,
+        )
+    correct = sum(1 for found in verdicts if found)
+    if scorer.aggregate == "mean":
+        value = correct / len(verdicts)
+    else:
+        value = 1.0 if correct * 2 > len(verdicts) else 0.0
+    return Score(value, {**detail, "aggregate": scorer.aggregate, "correct": correct})

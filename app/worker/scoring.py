@@ -1,0 +1,156 @@
+"""The worker's scoring loop: answers waiting for a slow scorer, scored outside Postgres.
+
+A chore next to `experiments` (every `experiment_tick_s`). Each run claims up to
+`experiment_scoring_concurrency` items in `scoring` under a lease of the scoring timeout
+plus a margin (`services.experiment_scoring.claim`, SKIP LOCKED, so two workers never take
+the same item), scores them at once with no transaction open, each within
+`experiment_scoring_timeout_s`, and writes each score only if the lease is still this
+worker's. A worker stopped mid-scoring gives its leases back (shielded from the
+cancellation), so another worker takes them at once; one killed costs a lease: another
+worker scores those items again once it expires, and the score is stored once. Each claim
+is counted, so an answer whose scoring never comes back (it kills its worker every time,
+Docker stays unreachable) ends a scorer error after `experiment_scoring_max_claims`.
+Anything else a scorer raises is that item's scorer error at once, never a retry.
+
+Dispatch by the scorer's kind: `llm_judge` through the Runner's model clients
+(`app.worker.judge`), `python` in a fresh sandbox on this worker's Docker host
+(`app.sandbox.python_scorer`); a built-in scorer (after a regrade) in-line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+from aiodocker.exceptions import DockerError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from app import metrics
+from app.sandbox.python_scorer import score_in_sandbox
+from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
+from app.scoring.judge import LlmJudgeScorer
+from app.scoring.python_code import PythonScorer
+from app.scoring.types import Score, Scorer, ScorerError, score_answer
+from app.services import experiment_scoring
+from app.services.experiment_scoring import Claimed, stored_scorer, wake_followers
+from app.worker.context import WorkerContext
+from app.worker.judge import judge
+
+log = logging.getLogger(__name__)
+RETRIED_ERRORS = (OSError, DockerError)
+"""The worker's infrastructure failing, not the scorer: the item is claimed again."""
+RETRIED_DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
+"""Postgres unreachable while storing a score: the item is claimed again."""
+RELEASE_WAIT_S = 5.0
+
+
+async def score_waiting(ctx: WorkerContext) -> int:
+    """Claim, score and store one batch of waiting answers; how many were claimed."""
+    s = ctx.settings
+    claimed = await experiment_scoring.claim(
+        ctx.sessions,
+        limit=s.experiment_scoring_concurrency,
+        lease_s=s.experiment_scoring_timeout_s + s.experiment_scoring_lease_margin_s,
+    )
+    done = await asyncio.gather(*(_score_one(ctx, c) for c in claimed), return_exceptions=True)
+    for one, failure in zip(claimed, done, strict=True):
+        if isinstance(failure, Exception):  # its lease expires and someone tries again
+            log.error(
+                "scoring %s/%s/%s/%d failed: %r",
+                one.experiment_id,
+                one.row_id,
+                one.arm,
+                one.attempt,
+                failure,
+                exc_info=failure,
+            )
+    return len(claimed)
+
+
+async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
+    try:
+        found = await score(ctx, claimed)
+    except asyncio.CancelledError:  # the worker stops: the next one need not wait the lease
+        await _release(ctx, claimed)
+        raise
+    try:
+        events = await experiment_scoring.write_score(ctx.sessions, claimed, found)
+    except RETRIED_DB_ERRORS:
+        raise
+    except (SQLAlchemyError, ValueError) as exc:  # Postgres refused what the scorer gave
+        log.warning(
+            "the score of an item of %s could not be stored: %r", claimed.experiment_id, exc
+        )
+        refused = ScorerError(f"the scorer's result could not be stored: {type(exc).__name__}")
+        events = await experiment_scoring.write_score(ctx.sessions, claimed, refused)
+    if not events:
+        log.info("lost the scoring lease of an item of %s; not written", claimed.experiment_id)
+    await wake_followers(ctx.redis, claimed.experiment_id, events)
+
+
+async def _release(ctx: WorkerContext, claimed: Claimed) -> None:
+    """Give the lease back, shielded from the cancellation under way (best effort: a lease
+    not given back only expires)."""
+    releasing = asyncio.ensure_future(experiment_scoring.release(ctx.sessions, claimed))
+    try:
+        await asyncio.shield(releasing)
+    except asyncio.CancelledError:
+        with suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(releasing), RELEASE_WAIT_S)
+    except (SQLAlchemyError, OSError) as exc:
+        log.warning("could not give back a scoring lease of %s: %r", claimed.experiment_id, exc)
+
+
+async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
+    """The claimed answer's score, or why the scorer could not give one.
+
+    Whatever the scorer raises is the item's scorer error (with the exception's type),
+    except a failure of this worker's infrastructure (Docker or the network unreachable:
+    OSError, aiodocker's DockerError), which propagates so the item is claimed again, by
+    this worker or another, at most `experiment_scoring_max_claims` times in all.
+    """
+    limit = ctx.settings.experiment_scoring_max_claims
+    if claimed.claims > limit:
+        return ScorerError(
+            f"scoring failed {limit} times (SANDHIVE_EXPERIMENT_SCORING_MAX_CLAIMS): "
+            "each try ended without a result; see the workers' logs",
+            {"claims": limit},
+        )
+    try:
+        scorer = stored_scorer(claimed.scorer, ctx.settings)
+    except ValueError as exc:  # a stored spec this version cannot build
+        return ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
+    timeout_s = ctx.settings.experiment_scoring_timeout_s
+    try:
+        with metrics.scoring(scorer.kind):
+            async with asyncio.timeout(timeout_s):
+                return await _dispatch(ctx, scorer, claimed)
+    except ScorerError as exc:
+        return exc
+    except TimeoutError:
+        return ScorerError(
+            f"scorer {scorer.kind!r} took longer than {timeout_s:g} s "
+            "(SANDHIVE_EXPERIMENT_SCORING_TIMEOUT_S)",
+            {"timeout_s": timeout_s},
+        )
+    except RETRIED_ERRORS:
+        raise
+    except Exception as exc:  # the scorer's own failure (a hostile or broken one): its error
+        log.warning("scorer %r failed unexpectedly", scorer.kind, exc_info=True)
+        return ScorerError(f"scorer {scorer.kind!r} failed: {type(exc).__name__}: {exc}"[:1000])
+
+
+async def _dispatch(ctx: WorkerContext, scorer: Scorer, claimed: Claimed) -> Score:
+    if isinstance(scorer, LlmJudgeScorer):
+        return await judge(ctx.runner, scorer, claimed.answer, claimed.row)
+    if isinstance(scorer, PythonScorer):
+        image = ctx.settings.sandbox_image
+        # The worker's labels: if this process dies before the container's deadline runs
+        # (between its create and start), the reaper removes it once the worker is gone.
+        labels = {INSTANCE_LABEL: ctx.instance, WORKER_LABEL: ctx.name}
+        return await score_in_sandbox(
+            ctx.docker, image, scorer, claimed.answer, claimed.row, labels=labels
+        )
+    return score_answer(scorer, claimed.answer, claimed.row)  # a built-in, after a regrade

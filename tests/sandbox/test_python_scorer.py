@@ -1,0 +1,398 @@
+"""The `python` scorer in its sandbox, on real Docker: right answers; hostile code contained.
+
+Each run's container carries a label of its own (`detail["sandbox_run"]`); every test checks
+that it is gone afterwards, whatever the code did.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from app.sandbox import DockerHost
+from app.sandbox.policy import BASE_ENV, READ_ONLY_ENV
+from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL, score_in_sandbox
+from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
+from app.scoring.python_code import PythonScorer
+from app.scoring.registry import scorer_for
+from app.scoring.types import Score, ScorerError
+from tests.support.container_audit import audit, audit_lifetime
+
+TEST_LABELS = {"sandhive.test": "python-scorer"}
+"""Sandbox-layer tests make sandboxes outside a deployment (tests/support/container_audit.py)."""
+ROW = {"id": "q1", "problem_statement": "What is 6 * 7?", "ground_truth": "42", "domain": "arith"}
+
+
+def scorer(code: str, **options: Any) -> PythonScorer:
+    built = scorer_for({"kind": "python", "code": code, **options})
+    assert isinstance(built, PythonScorer)
+    return built
+
+
+async def run(
+    host: DockerHost, image: str, code: str, answer: str | None = "42", **options: Any
+) -> Score:
+    built = scorer(code, **options)
+    score = await score_in_sandbox(host, image, built, answer, ROW, labels=TEST_LABELS)
+    await assert_gone(host, score.detail["sandbox_run"])
+    return score
+
+
+async def fails(
+    host: DockerHost, image: str, code: str, answer: str | None = "42", **options: Any
+) -> ScorerError:
+    with pytest.raises(ScorerError) as caught:
+        await run(host, image, code, answer, **options)
+    await assert_gone(host, caught.value.detail["sandbox_run"])
+    return caught.value
+
+
+async def assert_gone(host: DockerHost, sandbox_run: str) -> None:
+    assert await host.list_sandboxes({RUN_LABEL: sandbox_run}) == []
+
+
+async def test_a_correct_scorer_gives_its_score_and_its_output(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+def compute_score(agent_answer, ground_truth, **row):
+    print("comparing", agent_answer, "with", ground_truth)
+    return 1.0 if agent_answer.strip() == ground_truth else 0.25
+"""
+    right = await run(host, docker_image, code, " 42\n")
+    assert right.value == 1.0
+    assert "comparing  42\n with 42" in right.detail["stdout"]
+    assert right.detail["exit_code"] == 0
+    assert right.detail["stderr"] == ""
+    assert "truncated" not in right.detail
+    await assert_gone(host, right.detail["sandbox_run"])
+    wrong = await run(host, docker_image, code, "41")
+    assert wrong.value == 0.25
+
+
+async def test_row_fields_reach_row_and_ints_are_scores(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import json
+def compute_score(agent_answer, ground_truth, **row):
+    print(json.dumps({"answer": agent_answer, "ground_truth": ground_truth, "row": row}))
+    return 1 if row["domain"] == "arith" and row["id"] == "q1" else 0
+"""
+    score = await run(host, docker_image, code, None)
+    assert score.value == 1.0
+    printed = score.detail["stdout"].splitlines()[0]
+    assert printed == (
+        '{"answer": null, "ground_truth": "42", "row": {"id": "q1", '
+        '"problem_statement": "What is 6 * 7?", "domain": "arith"}}'
+    )
+
+
+async def test_a_crash_is_a_scorer_error_with_its_traceback(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+def helper(x):
+    return 1 / x
+
+def compute_score(agent_answer, ground_truth, **row):
+    return helper(0)
+"""
+    error = await fails(host, docker_image, code)
+    assert error.kind == "scorer"
+    assert (
+        error.message == "python scorer: compute_score raised ZeroDivisionError: division by zero"
+    )
+    stderr = error.detail["stderr"]
+    assert "Traceback (most recent call last)" in stderr
+    assert 'File "scorer.py", line 3, in helper' in stderr
+    assert error.detail["exit_code"] == 1
+
+
+async def test_code_that_fails_on_import_or_exits_is_an_error(
+    host: DockerHost, docker_image: str
+) -> None:
+    missing = "import no_such_module_here\ndef compute_score(a, g, **row):\n    return 1\n"
+    error = await fails(host, docker_image, missing)
+    assert "raised ModuleNotFoundError" in error.message
+    exits = "import sys\ndef compute_score(a, g, **row):\n    sys.exit(0)\n"
+    assert "raised SystemExit" in (await fails(host, docker_image, exits)).message
+    vanishes = "import os\ndef compute_score(a, g, **row):\n    os._exit(0)\n"
+    error = await fails(host, docker_image, vanishes)
+    assert error.message == (
+        "python scorer: the code ended without a result (exit code 0); see stderr"
+    )
+
+
+@pytest.mark.parametrize(
+    ("returned", "named"),
+    [
+        ('"abc"', "'abc' (a str), not a number in [0, 1]"),
+        ("1.5", "1.5, outside [0, 1]"),
+        ("-0.1", "-0.1, outside [0, 1]"),
+        ("True", "True (a bool), not a number in [0, 1]"),
+        ("None", "None (a NoneType), not a number in [0, 1]"),
+        ("float('nan')", "nan, outside [0, 1]"),
+        ("[1]", "a list ([1]), not a number in [0, 1]"),
+    ],
+)
+async def test_a_return_value_that_is_not_a_score_is_an_error_naming_it(
+    host: DockerHost, docker_image: str, returned: str, named: str
+) -> None:
+    code = f"def compute_score(agent_answer, ground_truth, **row):\n    return {returned}\n"
+    error = await fails(host, docker_image, code)
+    assert error.message == f"python scorer: compute_score returned {named}"
+    assert error.detail["exit_code"] == 0
+
+
+async def test_an_endless_loop_times_out_and_its_container_is_removed(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+def compute_score(agent_answer, ground_truth, **row):
+    print("starting", flush=True)
+    while True:
+        pass
+"""
+    started = time.monotonic()
+    error = await fails(host, docker_image, code, timeout_s=2)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2 + 8, elapsed
+    assert error.message == "python scorer: compute_score did not return within 2 s"
+    assert error.detail["timed_out"] is True
+    assert "starting" in error.detail["stdout"]  # what it printed before is kept
+
+
+async def test_a_fork_bomb_hits_the_pids_limit_and_the_host_is_unaffected(
+    host: DockerHost, docker_image: str
+) -> None:
+    counted = """
+import os, time
+def compute_score(agent_answer, ground_truth, **row):
+    children = 0
+    while True:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            print("fork failed:", exc)
+            return children / 1000
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children += 1
+"""
+    limited = await run(host, docker_image, counted)
+    assert 0 < limited.value * 1000 < 64  # the pids limit (64) stopped it
+    assert "Resource temporarily unavailable" in limited.detail["stdout"]
+    await assert_gone(host, limited.detail["sandbox_run"])
+
+    bomb = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            pass
+"""
+    started = time.monotonic()
+    error = await fails(host, docker_image, bomb, timeout_s=3)
+    assert time.monotonic() - started < 3 + 15
+    assert error.detail["timed_out"] is True
+    forked = await asyncio.create_subprocess_exec("true")  # the host can still fork
+    assert await forked.wait() == 0
+    await host.ping()
+    after = await run(host, docker_image, "def compute_score(a, g, **row):\n    return 1\n")
+    assert after.value == 1.0
+
+
+async def test_writing_a_gigabyte_fails_inside_and_is_reported(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    for target in ("/big", "/usr/big"):
+        try:
+            open(target, "wb")
+        except OSError as exc:
+            print(target, "refused:", exc.strerror)
+    block = b"x" * 2**20
+    with open("/tmp/big", "wb") as f:
+        for written in range(1024):
+            f.write(block)
+            f.flush()
+    return 1.0
+"""
+    started = time.monotonic()
+    error = await fails(host, docker_image, code)
+    assert time.monotonic() - started < 30
+    assert "raised OSError: [Errno 28] No space left on device" in error.message
+    assert "/big refused: Read-only file system" in error.detail["stdout"]
+    assert "/usr/big refused:" in error.detail["stdout"]
+    assert "No space left on device" in error.detail["stderr"]
+
+
+async def test_printing_50_megabytes_is_truncated_and_the_score_still_comes_through(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import sys
+def compute_score(agent_answer, ground_truth, **row):
+    line = "y" * 1023 + "\\n"
+    for _ in range(50 * 1024):
+        sys.stdout.write(line)
+        sys.stderr.write(line)
+    return 0.5
+"""
+    score = await run(host, docker_image, code, output_bytes=4096)
+    assert score.value == 0.5
+    for stream in ("stdout", "stderr"):
+        assert len(score.detail[stream]) < 4096 + 100
+        assert "bytes of output dropped" in score.detail[stream]
+        assert score.detail["truncated"][stream] > 50 * 2**20 - 8192
+    await assert_gone(host, score.detail["sandbox_run"])
+
+
+async def test_the_network_is_unreachable(host: DockerHost, docker_image: str) -> None:
+    code = """
+import socket
+def compute_score(agent_answer, ground_truth, **row):
+    reached = []
+    for address in [("1.1.1.1", 53), ("172.17.0.1", 2375), ("172.17.0.1", 6379)]:
+        try:
+            socket.create_connection(address, timeout=3).close()
+            reached.append(address)
+        except OSError as exc:
+            print(address, exc)
+    try:
+        socket.getaddrinfo("example.com", 80)
+        reached.append("dns")
+    except OSError as exc:
+        print("dns", exc)
+    return 0.0 if reached else 1.0
+"""
+    score = await run(host, docker_image, code)
+    assert score.value == 1.0, score.detail["stdout"]
+    assert "Network is unreachable" in score.detail["stdout"]
+
+
+async def test_the_code_runs_as_nobody_without_capabilities_or_secrets(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    print("uid", os.getuid(), os.getgid(), os.getgroups())
+    print("caps", status["CapEff"].strip(), status["CapPrm"].strip(), status["NoNewPrivs"].strip())
+    print("env", sorted(os.environ))
+    print("mounts", [l.split()[1] for l in open("/proc/self/mounts")])
+    return 1.0
+"""
+    score = await run(host, docker_image, code)
+    out = score.detail["stdout"]
+    assert "uid 65534 65534 []" in out
+    assert "caps 0000000000000000 0000000000000000 1" in out
+    env_line = next(line for line in out.splitlines() if line.startswith("env "))
+    names = set(ast.literal_eval(env_line.removeprefix("env ")))
+    # the reference's base environment and the image's, nothing from the worker's
+    assert names <= {*BASE_ENV, *READ_ONLY_ENV, "HOSTNAME", "DEBIAN_FRONTEND", "HOME"} | {
+        "PYTHONDONTWRITEBYTECODE",
+        "SANDHIVE_EXEC_ID",  # the exec's own mark, to find its processes
+    }, names
+    mounts = next(line for line in out.splitlines() if line.startswith("mounts "))
+    assert "/var/run/docker.sock" not in mounts
+    assert "/work" not in mounts
+
+
+async def test_the_memory_limit_holds(host: DockerHost, docker_image: str) -> None:
+    code = """
+def compute_score(agent_answer, ground_truth, **row):
+    hog = []
+    for _ in range(1024):
+        hog.append(bytearray(2**20))
+    return 1.0
+"""
+    error = await fails(host, docker_image, code, memory_mb=64)
+    assert "raised MemoryError" in error.message or "SIGKILL (out of memory?)" in error.message, (
+        error.message
+    )
+
+
+async def test_a_cancelled_run_leaves_no_container_and_its_sandbox_passes_the_audit(
+    host: DockerHost, docker_image: str
+) -> None:
+    """Labelled as a worker labels it (no test label): the session's watcher audits it too."""
+    code = "import time\ndef compute_score(a, g, **row):\n    time.sleep(600)\n"
+    before = set(await host.list_sandboxes({SCORER_LABEL: "python"}))
+    built = scorer(code, timeout_s=300)
+    as_a_worker = {INSTANCE_LABEL: f"test-{uuid.uuid4().hex[:8]}", WORKER_LABEL: "w-scoring"}
+    running = asyncio.create_task(
+        score_in_sandbox(host, docker_image, built, "42", ROW, labels=as_a_worker)
+    )
+    mine: set[str] = set()
+    for _ in range(100):  # until its container exists
+        await asyncio.sleep(0.1)
+        mine = set(await host.list_sandboxes({SCORER_LABEL: "python"})) - before
+        if mine:
+            break
+    (container_id,) = mine
+    info = await host.api().containers.container(container_id).show()
+    assert audit(info) == []
+    assert audit_lifetime(info) == []
+    assert info["HostConfig"]["NetworkMode"] == "none"
+    assert info["HostConfig"]["PidsLimit"] == 64
+    assert info["HostConfig"]["Binds"] in (None, [])
+    await asyncio.sleep(1)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert container_id not in await host.list_sandboxes({SCORER_LABEL: "python"})
+
+
+async def test_a_result_line_nested_5000_deep_is_an_error_not_a_crash(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    os.write(1, b'\\n{"sandhive_result": ' + b"[" * 5000 + b"]" * 5000 + b"}\\n")
+    os._exit(0)
+"""
+    error = await fails(host, docker_image, code)
+    assert error.message.startswith("python scorer: the code ended without a result"), error
+
+
+async def test_a_lone_surrogate_in_what_the_code_raises_becomes_storable_text(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+def compute_score(agent_answer, ground_truth, **row):
+    raise ValueError("bad \\ud800 text")
+"""
+    error = await fails(host, docker_image, code)
+    assert error.message == "python scorer: compute_score raised ValueError: bad ? text"
+    error.message.encode()  # UTF-8, so Postgres takes it
+
+
+async def test_a_child_holding_stdout_does_not_hold_the_result_until_the_timeout(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = """
+import os, time
+def compute_score(agent_answer, ground_truth, **row):
+    if os.fork() == 0:
+        time.sleep(120)  # keeps the runner's stdout open
+    os._exit(0)  # no result, and no runner left to kill the child
+"""
+    started = time.monotonic()
+    error = await fails(host, docker_image, code, timeout_s=30)
+    assert time.monotonic() - started < 20, "the exec waited for the child"
+    assert error.message.startswith("python scorer: the code ended without a result"), error
+    assert not error.detail.get("timed_out")

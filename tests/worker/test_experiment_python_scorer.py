@@ -1,0 +1,131 @@
+"""The `python` scorer end to end: a real in-process worker runs the items (vanilla, so the
+only containers are the scorer's) and its scoring loop runs the user's `compute_score` in a
+fresh sandbox per answer; a hostile scorer costs only the items it was hostile on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.sandbox import DockerHost
+from app.sandbox.python_scorer import RUN_LABEL
+from app.scripted import ScriptedLLMServer
+from tests.support.experiments import progress, scripted, settled, submit
+from tests.worker.conftest import running_worker
+
+
+def body(model: str, rows: list[dict[str, Any]], scorer: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "python scored",
+        "dataset": {"rows": rows},
+        "arms": [{"name": "v", "mode": "vanilla", "task": {"llm": {"model": model}}}],
+        "scorer": scorer,
+        "concurrency": 4,
+    }
+
+
+async def assert_no_scorer_container_left(items: list[dict[str, Any]]) -> None:
+    async with DockerHost() as docker:
+        for item in items:
+            run = item["detail"]["sandbox_run"]
+            assert await docker.list_sandboxes({RUN_LABEL: run}) == [], item
+
+
+SCORER = """
+def compute_score(agent_answer, ground_truth, **row):
+    print("row", row["id"], "answer", agent_answer)
+    if ground_truth in agent_answer:
+        return 1
+    return row["partial"]
+"""
+
+
+async def test_items_get_the_scores_of_the_users_compute_score(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    model = scripted(scripted_llm, "py-scored", "The answer is 4.")
+    rows = [
+        {"id": "q1", "problem_statement": "2 + 2?", "ground_truth": "4", "partial": 0},
+        {"id": "q2", "problem_statement": "5 - 1?", "ground_truth": "4", "partial": 0},
+        {"id": "q3", "problem_statement": "2 + 3?", "ground_truth": "5", "partial": 0.25},
+        {"id": "q4", "problem_statement": "3 + 4?", "ground_truth": "7", "partial": 0},
+    ]
+    scorer = {"kind": "python", "code": SCORER, "timeout_s": 20}
+    async with running_worker(fast):
+        url = await submit(client, body(model, rows, scorer))
+        done = await settled(client, url)
+
+    assert done["progress"]["v"] == progress(scored=4)
+    items = (await client.get(f"{url}/items")).json()["items"]
+    assert {item["row_id"]: item["score"] for item in items} == {
+        "q1": 1.0,
+        "q2": 1.0,
+        "q3": 0.25,
+        "q4": 0.0,
+    }
+    q3 = next(item for item in items if item["row_id"] == "q3")
+    assert "row q3 answer The answer is 4." in q3["detail"]["stdout"]  # kept for debugging
+    results = (await client.get(f"{url}/results")).json()
+    (arm,) = results["arms"]
+    assert arm["mean"] == pytest.approx(2.25 / 4)
+    await assert_no_scorer_container_left(items)
+
+
+HOSTILE = """
+import os, time
+def compute_score(agent_answer, ground_truth, **row):
+    if row["trick"] == "loop":
+        while True:
+            pass
+    if row["trick"] == "raise":
+        raise ValueError("I refuse to score " + row["id"])
+    if row["trick"] == "fork":
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    return 1.0
+"""
+
+
+async def test_a_hostile_scorer_errors_only_its_items_and_the_experiment_finishes(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    model = scripted(scripted_llm, "py-scored", "42")
+    tricks = {"ok1": "none", "loops": "loop", "raises": "raise", "forks": "fork", "ok2": "none"}
+    rows = [
+        {"id": row_id, "problem_statement": "?", "ground_truth": "42", "trick": trick}
+        for row_id, trick in tricks.items()
+    ]
+    scorer = {"kind": "python", "code": HOSTILE, "timeout_s": 3}
+    async with running_worker(fast):
+        url = await submit(client, body(model, rows, scorer))
+        done = await settled(client, url)
+
+    assert done["progress"]["v"]["scored"] == 2
+    assert done["progress"]["v"]["error"] == 3
+    items = {item["row_id"]: item for item in (await client.get(f"{url}/items")).json()["items"]}
+    assert items["ok1"]["score"] == 1.0
+    assert items["ok2"]["score"] == 1.0
+    for row_id in ("loops", "raises", "forks"):
+        assert items[row_id]["status"] == "error", items[row_id]
+        assert items[row_id]["error_kind"] == "scorer"
+    assert items["loops"]["detail"]["message"] == (
+        "python scorer: compute_score did not return within 3 s"
+    )
+    assert items["forks"]["detail"]["timed_out"] is True
+    raised = items["raises"]["detail"]
+    assert raised["message"] == (
+        "python scorer: compute_score raised ValueError: I refuse to score raises"
+    )
+    assert "Traceback (most recent call last)" in raised["stderr"]
+    results = (await client.get(f"{url}/results")).json()
+    (arm,) = results["arms"]
+    assert arm["errors"] == {"scorer": 3}
+    assert arm["mean"] == 1.0  # errors are counted apart, never as zeros
+    await assert_no_scorer_container_left(list(items.values()))

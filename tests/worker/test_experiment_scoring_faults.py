@@ -1,0 +1,181 @@
+"""What must not keep an experiment from ending: a stored scorer the server's lowered
+limits would now refuse, another experiment that cannot be advanced, scorer output Postgres
+cannot store (a lone surrogate), an answer whose scoring never comes back.
+
+A real in-process worker and Docker; the broken states are written to Postgres directly,
+as an older version or a crash would have left them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import insert, select
+
+from app.api.app import create_app
+from app.config import Settings
+from app.db import models
+from app.db.engine import Sessions
+from app.ids import utc_now
+from app.scripted import Script, ScriptedLLMServer, Turn
+from app.worker.context import WorkerContext
+from app.worker.scoring import score_waiting
+from tests.api.conftest import serve
+from tests.worker.conftest import running_worker
+
+Item = models.ExperimentItem
+UNDER_WAY = ("pending", "running", "scoring")
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={
+            "experiment_tick_s": 0.2,
+            "worker_concurrency": 4,
+            "experiment_python_scorer_max_timeout_s": 300,
+        }
+    )
+
+
+@pytest.fixture
+async def client(fast: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(create_app(fast)) as client:
+        yield client
+
+
+async def settled(client: httpx.AsyncClient, url: str, timeout_s: float = 120) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        exp = (await client.get(url)).json()
+        busy = any(p[s] for p in exp["progress"].values() for s in UNDER_WAY)
+        if exp["status"] == "finished" and not busy:
+            return exp
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{url} did not finish: {exp}")
+
+
+async def broken_experiment(sessions: Sessions) -> str:
+    """Older than any other, with a pending item and a spec advancing cannot read."""
+    exp_id = f"exp_broken{uuid.uuid4().hex[:8]}"
+    async with sessions.begin() as session:
+        session.add(
+            models.Experiment(
+                id=exp_id,
+                tenant_id="t1",
+                name="broken",
+                status="running",
+                spec={"scorer": {"kind": "math"}, "attempts": 1},  # no arms, no concurrency
+                meta={},
+                created_at=utc_now().replace(year=2020),
+            )
+        )
+        await session.flush()
+        await session.execute(
+            insert(Item).values(
+                experiment_id=exp_id,
+                row_id="q0",
+                arm="a",
+                attempt=1,
+                seq=0,
+                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
+                status="pending",
+                detail={},
+                updated_at=utc_now(),
+            )
+        )
+    return exp_id
+
+
+SCORER = """
+def compute_score(agent_answer, ground_truth, **row):
+    if row["id"] == "q2":
+        raise ValueError("no \\ud800 way")
+    return 1.0
+"""
+
+
+async def test_a_lowered_maximum_a_broken_experiment_and_a_lone_surrogate_stop_nothing(
+    fast: Settings,
+    client: httpx.AsyncClient,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+) -> None:
+    model = f"answers-{uuid.uuid4().hex[:8]}"
+    scripted_llm.add_script(model, Script([Turn(content="42")], tools="none"))
+    broken = await broken_experiment(sessions)
+    body = {
+        "name": "accepted under higher limits",
+        "dataset": {
+            "rows": [
+                {"id": f"q{i}", "problem_statement": "6 * 7?", "ground_truth": "42"}
+                for i in range(1, 4)
+            ]
+        },
+        "arms": [{"name": "v", "mode": "vanilla", "task": {"llm": {"model": model}}}],
+        "scorer": {"kind": "python", "code": SCORER, "timeout_s": 200},
+        "concurrency": 4,
+    }
+    created = await client.post("/v1/experiments", json=body)
+    assert created.status_code == 202, created.text
+    url = f"/v1/experiments/{created.json()['id']}"
+    lowered = fast.model_copy(update={"experiment_python_scorer_max_timeout_s": 100})
+    async with running_worker(lowered):
+        done = await settled(client, url)
+
+    assert done["progress"]["v"]["scored"] == 2
+    items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+    assert (items["q1"]["score"], items["q3"]["score"]) == (1.0, 1.0)
+    q2 = items["q2"]
+    assert (q2["status"], q2["error_kind"]) == ("error", "scorer")
+    assert q2["detail"]["message"] == "python scorer: compute_score raised ValueError: no ? way"
+    async with sessions() as session:
+        still = await session.get(models.Experiment, broken)
+        assert still is not None
+        assert still.status == "running", "left as it was (and logged)"
+
+
+async def test_an_answer_claimed_the_maximum_times_without_a_result_ends_a_scorer_error(
+    ctx: WorkerContext,
+) -> None:
+    exp_id = f"exp_claims{uuid.uuid4().hex[:8]}"
+    scorer = {"kind": "llm_judge", "profile": "default"}
+    async with ctx.sessions.begin() as session:
+        session.add(
+            models.Experiment(
+                id=exp_id,
+                tenant_id="t1",
+                name="claimed",
+                status="running",
+                spec={"arms": [], "scorer": scorer, "attempts": 1, "concurrency": 1},
+                meta={},
+            )
+        )
+        await session.flush()
+        await session.execute(
+            insert(Item).values(
+                experiment_id=exp_id,
+                row_id="q0",
+                arm="a",
+                attempt=1,
+                seq=0,
+                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
+                status="scoring",
+                answer="1",
+                detail={},
+                updated_at=utc_now(),
+                scoring_claims=ctx.settings.experiment_scoring_max_claims,  # each one died
+            )
+        )
+    assert await score_waiting(ctx) == 1
+    async with ctx.sessions() as session:
+        (item,) = await session.scalars(select(Item).where(Item.experiment_id == exp_id))
+    assert (item.status, item.error_kind, item.score) == ("error", "scorer", None)
+    assert item.detail["message"].startswith("scoring failed 3 times")
+    assert item.scoring_until is None
