@@ -3,8 +3,8 @@
 help:     ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-install:  ## virtualenv with Sandhive and its dev tools
-	python3 -m venv .venv && .venv/bin/pip install -q -U pip && .venv/bin/pip install -q -e '.[dev]'
+install:  ## virtualenv with Sandhive, its dev tools and the Python client (clients/python)
+	python3 -m venv .venv && .venv/bin/pip install -q -U pip && .venv/bin/pip install -q -e '.[dev]' -e clients/python
 
 fmt:      ## rewrite code in place
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .

@@ -36,6 +36,9 @@ class LLMProfile(BaseModel):
     """The default model of the profile."""
     models: list[str] = Field(default_factory=list)
     """Models a task may ask for; empty: any (the default model is always allowed)."""
+    stream: bool = True
+    """Stream answers (live `llm.delta` events); false: one plain JSON answer per call, for
+    servers whose stream is broken (OpenAI-compatible kind only)."""
 
     scripted: bool = False
     """A scripted stand-in (the built-in `scripted` profile), not a real model."""
@@ -268,7 +271,32 @@ class Settings(BaseSettings):
     stream_max_per_tenant: int = Field(default=200, ge=1)
     """Open WebSocket + SSE streams per tenant, all API processes together (4429 / 429)."""
 
-    @field_validator("sandbox_egress_allow", "allowed_origins", mode="before")
+    # Webhooks (docs/calling-services.md)
+    webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Comma-separated host names, addresses or CIDRs webhooks may reach although they are
+    loopback, private, link-local or metadata addresses (refused by default)."""
+    webhook_max_subscriptions: int = Field(default=20, ge=1)
+    """Webhook subscriptions per tenant (422 above)."""
+    webhook_poll_s: float = Field(default=1.0, gt=0)
+    """How often a worker looks for webhook deliveries that are due."""
+    webhook_batch: int = Field(default=20, ge=1)
+    """Deliveries one worker sends at once."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """One delivery attempt, connect to response, at most."""
+    webhook_max_response_bytes: int = Field(default=64 * 1024, ge=0)
+    """Of a receiver's response body, read at most this much (the rest is dropped)."""
+    webhook_lease_s: float = Field(default=60.0, gt=0)
+    """A sender holds a delivery this long; past it another worker may send it."""
+    webhook_retry_base_s: float = Field(default=5.0, gt=0)
+    """First retry delay; doubled per attempt (with jitter: 50-100 % of it)."""
+    webhook_retry_max_delay_s: float = Field(default=3600.0, gt=0)
+    """Longest delay between two attempts of one delivery."""
+    webhook_retry_for_s: float = Field(default=24 * 3600.0, gt=0)
+    """A delivery is retried this long after its event, then marked `failed`."""
+
+    @field_validator(
+        "sandbox_egress_allow", "allowed_origins", "webhook_allowed_hosts", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         """`a,b` or a JSON list in the environment; a list from code."""
@@ -322,6 +350,18 @@ class Settings(BaseSettings):
     """Queued + running tasks of one tenant beyond which its submissions are answered 429."""
     backpressure_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of those 429s."""
+    max_batch_tasks: int = Field(default=100, ge=1, le=1000)
+    """Tasks one `POST /v1/tasks/batch` may carry (422 above); admitted or refused together."""
+    episode_slots: int = Field(default=16, ge=0, le=1024)
+    """Episodes (`/v1/episodes`) one worker holds open at once, besides its task slots;
+    0: this worker opens none."""
+    episode_open_timeout_s: float = Field(default=60.0, gt=0)
+    """How long `POST /v1/episodes` waits for a worker to start the sandbox (503 after)."""
+    episode_step_timeout_s: float = Field(default=900.0, gt=0)
+    """How long a step or close waits for the worker's answer before the episode is ended
+    with an infrastructure error (503); above the longest command timeout."""
+    episode_idle_timeout_s: float = Field(default=600.0, gt=0)
+    """An episode with no request for this long is closed and its sandbox removed."""
     experiment_tick_s: float = Field(default=1.0, gt=0)
     """How often a worker advances experiments: scores finished items, starts pending ones."""
     experiment_max_rows: int = Field(default=10_000, ge=1)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 from rich.console import Console
 
 from app.config import Settings
-from app.episode import EpisodeResult, open_runner
+from app.episode import EpisodeResult, Runner, open_runner
+from app.exchange_log import ExchangeLog
 from app.resolve import parse_submission, resolve_spec
 from app.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
@@ -42,20 +44,41 @@ async def run_local(
     *,
     output_root: Path,
     inputs: Sequence[tuple[str, bytes]] = (),
+    save_exchanges: bool = False,
 ) -> tuple[EpisodeResult, Path]:
     """Run one resolved task locally, write its outputs and close with a summary panel;
-    returns the result and run folder."""
+    returns the result and run folder. `save_exchanges`: every model request and response
+    too (`request_NNN.json`, `response_NNN.json`)."""
     started = time.monotonic()
-    async with open_runner(settings) as runner:
+    log = ExchangeLog() if save_exchanges else None
+    async with _runner(settings, log) as runner:
         result = await runner.run(
             spec, prompt, TerminalSink(console), labels=LOCAL_LABELS, inputs=inputs
         )
     elapsed = time.monotonic() - started
     folder = write_outputs(output_root, prompt, result)
+    if log is not None:
+        log.write(folder)
     answer = result.answer(settings.answer_max_bytes)
     console.print(summary_panel(Summary(result.outcome, answer, elapsed)))
     console.print(f"outputs: {folder}", markup=False, highlight=False)
     return result, folder
+
+
+@asynccontextmanager
+async def _runner(settings: Settings, log: ExchangeLog | None) -> AsyncIterator[Runner]:
+    """The worker's runner; with a log, its model calls go through the log's HTTP client."""
+    if log is None:
+        async with open_runner(settings) as runner:
+            yield runner
+        return
+    from app.sandbox import DockerHost
+
+    async with (
+        DockerHost(exec_channel=settings.sandbox_exec_channel) as docker,
+        log.client() as http,
+    ):
+        yield Runner(settings, docker, http=http)
 
 
 def write_outputs(root: Path, prompt: str, result: EpisodeResult) -> Path:

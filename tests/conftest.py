@@ -30,7 +30,8 @@ ADMIN_URL = os.environ.get(
 SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:latest")
 TABLES = (
     "events, steps, artifacts, task_inputs, tasks, api_keys, "
-    "experiment_events, experiment_items, experiments"
+    "experiment_events, experiment_items, experiments, episodes, "
+    "webhook_subscriptions, webhook_deliveries"
 )
 
 

@@ -21,11 +21,12 @@ from app.agent.types import OutputCallback, Sandbox, ToolCall, ToolSchema
 PROFILES = ("reference", "standard")
 SUBMIT_OBSERVATION = "<<< Finished >>>"
 NO_TOOL_CALL_NUDGE = (
-    "\nYou forgot to use a function call in your response.\n"
+    "\nYou forgot to use a function call in your response. \n"
     "YOU MUST USE A FUNCTION CALL IN EACH RESPONSE.\n\n"
     "IMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n"
 )
-"""The package's continue message, sent as a user message when a turn has no tool call."""
+"""The package's continue message (`CONTINUE_MSG`, with its trailing space after "response."),
+sent as a user message when a turn has no tool call."""
 NAMELESS_CALL = (
     "Error: the tool call has no function name; call one of execute_bash, "
     "str_replace_editor or submit."

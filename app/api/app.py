@@ -16,6 +16,7 @@ from app import __version__
 from app.api import (
     artifacts,
     docs,
+    episodes,
     errors,
     experiment_stream,
     experiments,
@@ -29,6 +30,7 @@ from app.api import (
     stream,
     streaming,
     tasks,
+    webhooks,
 )
 from app.api.deps import open_api_resources
 from app.config import Settings
@@ -38,10 +40,12 @@ ROUTERS: tuple[APIRouter, ...] = (
     metrics.router,
     tasks.router,
     experiments.router,
+    episodes.router,
     artifacts.router,
     stream.router,
     experiment_stream.router,
     llm.router,
+    webhooks.router,
     limits.router,
     page.router,
     docs.router,

@@ -66,6 +66,7 @@ LIMITS = (
     Limit("ExperimentCreate", "arms", "maxItems", "experiment_max_arms", " arms"),
     Limit("ExperimentCreate", "attempts", "maximum", "experiment_max_attempts"),
     Limit("ExperimentCreate", "concurrency", "maximum", "experiment_max_concurrency"),
+    Limit("TaskBatchCreate", "tasks", "maxItems", "max_batch_tasks", " tasks"),
 )
 SIZE_NOTES = (
     ("TaskCreate", "metadata", "max_metadata_bytes", "bytes as compact JSON"),

@@ -16,11 +16,12 @@ from starlette.datastructures import FormData, UploadFile
 from app.api.deps import Res, Tenant
 from app.api.multipart import add_multipart_route, multipart_doc
 from app.api.query import known_query_only
+from app.batch_schemas import TaskBatchCreate, TaskBatchOut
 from app.config import Settings
 from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
 from app.schemas import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
-from app.services import cancel, tasks
+from app.services import batch, cancel, tasks
 from app.services.task_filters import (
     MAX_Q_CHARS,
     METADATA_PREFIX,
@@ -94,6 +95,21 @@ async def create_task(
 ) -> TaskOut:
     """Queue a task (202 + Location); a repeated Idempotency-Key answers 200 with the first."""
     return await _submit(response, res, tenant, body, idempotency_key)
+
+
+@router.post(
+    "/batch",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskBatchOut,
+    responses=_SUBMIT_ERRORS,
+)
+async def create_tasks_batch(body: TaskBatchCreate, res: Res, tenant: Tenant) -> TaskBatchOut:
+    """Queue many tasks at once: all are valid and admitted (202), or none is stored.
+
+    A 422 names the task and field (`tasks.3.limits.max_steps`); a 429 means the whole
+    batch does not fit the tenant's limits. Each task may carry its own `idempotency_key`.
+    """
+    return await batch.submit_batch(res.sessions, res.redis, res.settings, tenant, body)
 
 
 async def _submit(

@@ -229,6 +229,86 @@ class ExperimentEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
 
 
+class EpisodeRow(Base):
+    """An RL episode a trainer drives step by step; its sandbox lives on `worker`."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        Index("ix_episodes_tenant_status", "tenant_id", "status"),
+        Index("ix_episodes_worker_status", "worker", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    """`opening` (no worker yet), `open`, `done` (the loop ended) or `closed`."""
+    worker: Mapped[str | None] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    """The resolved `specs.TaskSpec` (its LLM part unused: the trainer is the model)."""
+    scorer: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    ground_truth: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    error_kind: Mapped[str | None] = mapped_column(String(16))
+    """`infrastructure` when the service, not the trainer's model, ended it badly."""
+    answer: Mapped[str | None] = mapped_column(Text)
+    steps: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    ended_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class WebhookSubscription(Base):
+    """A tenant's webhook endpoint: which events it wants, and the secret that signs them.
+
+    The secret is stored as given out: HMAC signing needs the secret itself (a hash of it
+    could not sign). It is never returned again after creation or rotation.
+    """
+
+    __tablename__ = "webhook_subscriptions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSONB)
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    rotated_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class WebhookDelivery(Base):
+    """The outbox: one event for one subscription, written in the transaction of the change.
+
+    `body` is the exact JSON sent (the same bytes on every retry); `log` has one entry per
+    attempt. No foreign keys: the log outlives a deleted subscription or a pruned task.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(40), index=True)
+    """Stable across retries and subscriptions: what a receiver de-duplicates on."""
+    event_type: Mapped[str] = mapped_column(String(32))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    subscription_id: Mapped[str] = mapped_column(String(40), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    task_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    experiment_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    """`pending`, `delivered`, `failed` (gave up) or `dropped` (its subscription is gone)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    log: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
+    """`{attempt, at, status_code, error, next_retry_at}` per attempt, oldest first."""
+    next_attempt_at: Mapped[datetime] = mapped_column(_TZ)
+    lease_until: Mapped[datetime | None] = mapped_column(_TZ)
+    """While a sender holds it; a sender that died leaves it to others once past."""
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    delivered_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
 # The Core tables, typed, for the per-step writes that skip the ORM's bulk paths
 # (`services.events.record_events`, `services.attempts.save_step`).
 TASKS = cast(Table, Task.__table__)

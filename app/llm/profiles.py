@@ -19,5 +19,9 @@ HTTPChatModel = OpenAIChatModel | AnthropicChatModel
 
 def model_for_profile(profile: LLMProfile, **options: Unpack[ModelOptions]) -> HTTPChatModel:
     """The client for this profile's kind, configured for one task."""
-    kind = AnthropicChatModel if profile.kind == "anthropic" else OpenAIChatModel
-    return kind(base_url=profile.base_url, api_key=profile.api_key.get_secret_value(), **options)
+    api_key = profile.api_key.get_secret_value()
+    if profile.kind == "anthropic":
+        return AnthropicChatModel(base_url=profile.base_url, api_key=api_key, **options)
+    return OpenAIChatModel(
+        base_url=profile.base_url, api_key=api_key, stream=profile.stream, **options
+    )

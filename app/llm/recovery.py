@@ -26,6 +26,10 @@ _LIMIT_AND_INPUT = (
     # newer vLLM: "... is X tokens and your request has Y input tokens"
     re.compile(r"maximum context length is (\d+) tokens.*?(\d+) input tokens", re.S),
 )
+# llama.cpp: "request (9521 tokens) exceeds the available context size (8192 tokens)"
+_INPUT_THEN_LIMIT = re.compile(
+    r"request \((\d+) tokens\) exceeds the available context size \((\d+)"
+)
 # Anthropic: "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000"
 _INPUT_PLUS_OUTPUT = re.compile(r"(\d+) \+ (\d+) > (\d+)")
 
@@ -46,6 +50,8 @@ def parse_limits(text: str) -> tuple[int, int] | None:
     for pattern in _LIMIT_AND_INPUT:
         if match := pattern.search(text):
             return int(match.group(1)), int(match.group(2))
+    if match := _INPUT_THEN_LIMIT.search(text):
+        return int(match.group(2)), int(match.group(1))
     if match := _INPUT_PLUS_OUTPUT.search(text):
         return int(match.group(3)), int(match.group(1))
     return None

@@ -164,6 +164,9 @@ def transport_failure(exc: httpx.TransportError) -> Failure:
     """A timeout or an unreachable server: worth another attempt."""
     if isinstance(exc, httpx.TimeoutException):
         return Failure(f"timed out: {type(exc).__name__}", retryable=True)
+    if isinstance(exc, httpx.RemoteProtocolError):
+        # What a server that died while streaming leaves behind (llama-server killed mid-answer)
+        return Failure(f"the server closed the connection mid-answer ({exc})", retryable=True)
     return Failure(f"unreachable: {exc!r}", retryable=True)
 
 
@@ -192,6 +195,7 @@ async def with_retries(
     """
     attempts = max_retries + 1
     failed = recoveries = 0
+    first: Failure | None = None
     while True:
         outcome = await attempt()
         if not isinstance(outcome, Failure):
@@ -200,9 +204,18 @@ async def with_retries(
             recoveries += 1  # a context-length recovery is not a retry
             continue
         failed += 1
+        first = first or outcome
         if not outcome.retryable or failed == attempts:
-            raise endpoint.error(outcome.description, outcome.status, failed)
+            raise endpoint.error(_told(first, outcome), outcome.status, failed)
         await asyncio.sleep(retry_delay(failed, backoff_s, outcome.retry_after_s))
+
+
+def _told(first: Failure, last: Failure) -> str:
+    """The last failure, and the first when it differs: a server that died mid-answer is
+    then refused on the retry, and "unreachable" alone would hide what happened."""
+    if first.description == last.description:
+        return last.description
+    return f"{last.description}; first attempt: {first.description}"
 
 
 def retry_delay(attempt: int, backoff_s: float, retry_after_s: float | None) -> float:

@@ -27,6 +27,7 @@ from app.ids import utc_now
 from app.schemas import EventOut, StepOut, storable
 from app.services.events import record_event, record_events
 from app.services.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
+from app.services.webhook_events import task_changed
 from app.specs import TaskSpec, read_spec
 from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
 
@@ -104,6 +105,7 @@ async def _start(
     if lost:
         data["previous_attempt_lost"] = True
     event = await record_event(session, task.id, "task.started", data)
+    await task_changed(session, task, "task.started")
     blobs = await session.scalars(
         select(models.InputBlob).where(models.InputBlob.task_id == task.id)
     )

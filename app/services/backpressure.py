@@ -18,22 +18,23 @@ from app.states import TaskStatus
 ACTIVE = (TaskStatus.queued, TaskStatus.running)
 
 
-async def admit(session: AsyncSession, settings: Settings, tenant: str) -> None:
-    """TooManyRequests when the queue is full or the tenant has too many active tasks."""
+async def admit(session: AsyncSession, settings: Settings, tenant: str, count: int = 1) -> None:
+    """TooManyRequests when `count` more tasks would overfill the queue or the tenant's cap."""
     await session.execute(
         text("SELECT pg_advisory_xact_lock(hashtext('sandhive.admit'), hashtext(:tenant))"),
         {"tenant": tenant},
     )
     retry = settings.backpressure_retry_after_s
     queued = await _count(session, models.Task.status == TaskStatus.queued)
-    if queued >= settings.queue_max_depth:
+    if queued + count > settings.queue_max_depth:
         raise TooManyRequests(
             f"the queue is full ({queued} tasks waiting); retry later",
             retry,
             details={"limit": "queue_max_depth", "value": settings.queue_max_depth},
         )
     active = await _count(session, models.Task.tenant_id == tenant, models.Task.status.in_(ACTIVE))
-    if active >= settings.tenant_max_active_tasks:
+    active += await open_episodes(session, tenant)  # a trainer's episodes hold sandboxes too
+    if active + count > settings.tenant_max_active_tasks:
         raise TooManyRequests(
             f"too many active tasks for this tenant ({active}); retry later",
             retry,
@@ -44,3 +45,11 @@ async def admit(session: AsyncSession, settings: Settings, tenant: str) -> None:
 async def _count(session: AsyncSession, *conditions: ColumnElement[bool]) -> int:
     query = select(func.count()).select_from(models.Task).where(*conditions)
     return int(await session.scalar(query) or 0)
+
+
+async def open_episodes(session: AsyncSession, tenant: str) -> int:
+    """The tenant's episodes (`/v1/episodes`) not yet ended: each holds a sandbox."""
+    episodes = models.EpisodeRow
+    query = select(func.count()).select_from(episodes)
+    mine = query.where(episodes.tenant_id == tenant, episodes.status.in_(("opening", "open")))
+    return int(await session.scalar(mine) or 0)

@@ -40,6 +40,7 @@ from app.services.experiment_events import record_experiment_events
 from app.services.experiment_input import arm_submission, item_prompt
 from app.services.experiment_scoring import item_key, json_safe, stored_scorer, wake_followers
 from app.services.tasks import new_task, store_task
+from app.services.webhook_events import experiment_finished
 from app.states import TERMINAL, FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -273,3 +274,4 @@ async def _finish_if_done(
         exp.spec = spec
         exp.finished_at = utc_now()
         events.append(("experiment.finished", {"status": exp.status}))
+        await experiment_finished(session, exp)

@@ -37,6 +37,7 @@ from app.services.experiment_events import record_experiment_events
 from app.services.experiment_input import Checked, check_experiment
 from app.services.experiment_runner import advance
 from app.services.experiment_scoring import grading_of, wake_followers
+from app.services.webhook_events import experiment_finished
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
@@ -245,6 +246,8 @@ async def cancel_experiment(
                 *([("experiment.cancelled", {})] if first else []),
             ],
         )
+        if first:
+            await experiment_finished(session, exp)
         running = list(
             await session.scalars(
                 select(Item.task_id).where(Item.experiment_id == exp.id, Item.status == "running")

@@ -25,6 +25,7 @@ from app.ids import utc_now
 from app.schemas import EventOut, UsageOut, storable
 from app.services.events import TASK_FINISHED, publish, record_event
 from app.services.visibility import found, visible
+from app.services.webhook_events import task_changed
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
         "usage": usage,
         "error": task.error,
     }
+    await task_changed(session, task, TASK_FINISHED)  # the outbox row commits with the end
     return [await record_event(session, task.id, TASK_FINISHED, data)]
 
 

@@ -28,9 +28,10 @@ from app.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.sandbox.pool import pool_labels
 from app.services import admin, experiment_runner
-from app.worker import heartbeat, reaping, scoring, taking
+from app.worker import heartbeat, reaping, scoring, taking, webhook_sender
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
+from app.worker.episodes import EpisodeServer
 from app.worker.health import Readiness
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
@@ -110,11 +111,16 @@ class Worker:
             lambda: experiment_runner.advance_all(ctx.sessions, ctx.redis, s),
         )
         chores.start(s.experiment_tick_s, "scoring", lambda: scoring.score_waiting(ctx))
+        chores.start(s.webhook_poll_s, "webhooks", lambda: webhook_sender.send_due(ctx.sessions, s))
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
+        episodes = EpisodeServer(ctx, self.stopping)
+        serving = asyncio.create_task(episodes.serve())
         try:
             await self._claim_loop(ctx, burst=burst)
         finally:
+            episodes.halt()
+            await asyncio.gather(serving, return_exceptions=True)
             await chores.stop()
         log.info("worker %s stopped", self.name)
 

@@ -100,9 +100,9 @@ async def test_reference_treats_unparsable_arguments_as_no_call(box: DockerSandb
     assert not is_no_call(call("execute_bash", None, "[1]"), "reference")
     assert not is_no_call(broken, "standard")
     # The package's CONTINUE_MSG (observation.py), a triple-quoted string: it starts and
-    # ends with a newline and has a blank line before IMPORTANT.
+    # ends with a newline, has a space after "response." and a blank line before IMPORTANT.
     assert NO_TOOL_CALL_NUDGE == (
-        "\nYou forgot to use a function call in your response.\n"
+        "\nYou forgot to use a function call in your response. \n"
         "YOU MUST USE A FUNCTION CALL IN EACH RESPONSE.\n"
         "\n"
         "IMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n"

@@ -27,6 +27,10 @@ MODEL_TABLES = {
     "api_keys",
     "experiments",
     "experiment_items",
+    "experiment_events",
+    "episodes",
+    "webhook_subscriptions",
+    "webhook_deliveries",
 }
 
 

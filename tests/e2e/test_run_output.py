@@ -137,12 +137,14 @@ def test_run_help_reads_at_80_columns(tmp_path: Path) -> None:
     assert "…" not in done.stdout, "nothing cut short"
     command = typer.main.get_command(cli)
     assert isinstance(command, typer.core.TyperGroup)
-    names = [name for param in command.commands["run"].params for name in param.opts]
+    params = command.commands["run"].params
+    names = [name for param in params if not getattr(param, "hidden", False) for name in param.opts]
     assert len(names) > 15
-    for name in names:  # every option's full name, on a line of its own
+    for name in names:  # every shown option's full name, on a line of its own
         assert any(line.strip("│ *").startswith(name + " ") for line in lines), name
     for panel in ("Model", "Limits", "Agent", "Files"):
         assert f"╭─ {panel} ─" in done.stdout
+    assert "--llm_name" not in done.stdout  # the package's names: documented, not shown
 
 
 def test_an_unknown_scripted_model_is_refused_before_any_sandbox(tmp_path: Path) -> None:

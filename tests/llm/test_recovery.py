@@ -52,6 +52,14 @@ async def scripted_model(
         await model.aclose()
 
 
+LLAMA_CPP = (
+    '{"error":{"code":400,"message":"request (9521 tokens) exceeds the available context size '
+    '(8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9521,'
+    '"n_ctx":8192}}'
+)
+"""llama-server's answer to a prompt over its context, as measured (tests/real_llm)."""
+
+
 @pytest.mark.parametrize(
     ("text", "limits"),
     [
@@ -59,6 +67,7 @@ async def scripted_model(
         (OPENAI, (8192, 1000)),
         (VLLM, (40960, 1234)),
         (ANTHROPIC, (200000, 188240)),
+        (LLAMA_CPP, (8192, 9521)),
         ("prompt is too long: 210000 tokens > 200000 maximum", None),
     ],
 )
@@ -72,6 +81,8 @@ def test_the_reference_rule_for_the_next_max_tokens() -> None:
     assert next_max_tokens(65536, VLLM) == 40960 - 1234 - 100
     assert next_max_tokens(65536, OPENAI) is None  # 8192 - 1000 - 100 is below the 8192 floor
     assert next_max_tokens(20000, SGLANG) is None  # not smaller than what failed
+    # llama.cpp's own words: no room left at all, so fail now rather than halve and resend
+    assert next_max_tokens(65536, LLAMA_CPP) is None
     vague = "Input tokens exceed the configured limit."
     assert next_max_tokens(65536, vague) == 32768
     assert next_max_tokens(10000, vague) == 8192

@@ -75,6 +75,8 @@ def _labels(labels: dict[str, str]) -> list[str]:
         required = (INSTANCE_LABEL, WORKER_LABEL)
     elif labels.get(SCORER_LABEL) == "python":  # one answer's scorer: no task, its own deadline
         required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
+    elif labels.get("sandhive.episode"):  # an RL episode's (app.worker.episodes_live): no task
+        required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
     else:
         required = (INSTANCE_LABEL, TASK_LABEL, ATTEMPT_LABEL, WORKER_LABEL, CREATED_LABEL)
     problems = [f"no {key} label" for key in required if not labels.get(key)]

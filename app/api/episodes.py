@@ -1,0 +1,68 @@
+"""`/v1/episodes`: an RL environment a trainer drives turn by turn (docs/rl.md).
+
+Routes parse and call `services.episodes_calls`; the sandbox lives in a worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response, status
+
+from app.api.deps import Res, Tenant
+from app.episode_schemas import (
+    EpisodeCreate,
+    EpisodeOpened,
+    EpisodeOut,
+    EpisodeStepIn,
+    EpisodeStepOut,
+    RewardOut,
+)
+from app.schemas import ErrorOut
+from app.services import episodes, episodes_calls, episodes_reward
+
+router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (401, 404, 409, 422, 429, 503)
+}
+
+
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=EpisodeOpened, responses=_ERRORS
+)
+async def create_episode(
+    body: EpisodeCreate, response: Response, res: Res, tenant: Tenant
+) -> EpisodeOpened:
+    """Open an episode: a sandbox on some worker, and the first messages and tool schemas."""
+    opened = await episodes_calls.open_episode(res.sessions, res.redis, res.settings, tenant, body)
+    response.headers["Location"] = f"/v1/episodes/{opened.id}"
+    return opened
+
+
+@router.get("/{episode_id}", response_model=EpisodeOut, responses=_ERRORS)
+async def get_episode(episode_id: str, res: Res, tenant: Tenant) -> EpisodeOut:
+    return episodes.out(await episodes.find(res.sessions, tenant, episode_id))
+
+
+@router.post("/{episode_id}/step", response_model=EpisodeStepOut, responses=_ERRORS)
+async def step_episode(
+    episode_id: str, body: EpisodeStepIn, res: Res, tenant: Tenant
+) -> EpisodeStepOut:
+    """Run the trainer's turn; 409 once the episode is done, 503 when its worker is lost."""
+    return await episodes_calls.step(
+        res.sessions, res.redis, res.settings, tenant, episode_id, body.message
+    )
+
+
+@router.post("/{episode_id}/reward", response_model=RewardOut, responses=_ERRORS)
+async def reward_episode(episode_id: str, res: Res, tenant: Tenant) -> RewardOut:
+    """The episode's scorer on its answer; 0 with the reason when it never submitted."""
+    return episodes_reward.reward(await episodes.find(res.sessions, tenant, episode_id))
+
+
+@router.delete("/{episode_id}", response_model=EpisodeOut, responses=_ERRORS)
+async def delete_episode(episode_id: str, res: Res, tenant: Tenant) -> EpisodeOut:
+    """Close it and remove its sandbox (an ended one is only marked closed)."""
+    row = await episodes_calls.close(res.sessions, res.redis, res.settings, tenant, episode_id)
+    return episodes.out(row)

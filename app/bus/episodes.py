@@ -1,0 +1,133 @@
+"""Request/reply between the API and the worker holding an episode's sandbox.
+
+Opening: the API adds an "open" request to one stream read by a consumer group, so
+whichever worker has a free episode slot takes it (as the task queue does).
+Stepping and closing: the episode row names its worker; the API pushes the request
+onto that worker's own list. Every request carries a fresh reply key the worker
+answers exactly once (RPUSH, then an expiry so an answer nobody waits for goes
+away); the API waits for it with BLPOP, in slices shorter than the Redis socket
+timeout, and asks `alive` between slices, so a dead worker is noticed within a slice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from app.bus import keys
+
+OPEN_STREAM = f"{keys.PREFIX}:episodes:open"
+OPEN_GROUP = "episode-workers"
+REPLY_TTL_S = 60
+REQUESTS_TTL_S = 3600
+WAIT_SLICE_S = 1.0
+
+
+def requests_of(worker: str) -> str:
+    """The list of step/close requests for the episodes `worker` holds."""
+    return f"{keys.PREFIX}:episodes:worker:{worker}"
+
+
+def _reply_key() -> str:
+    return f"{keys.PREFIX}:episodes:reply:{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    message_id: str
+    episode_id: str
+    reply: str
+
+
+async def ensure_group(redis: Redis) -> None:
+    try:
+        await redis.xgroup_create(OPEN_STREAM, OPEN_GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def request_open(redis: Redis, episode_id: str) -> str:
+    """Ask any worker to open the episode; the reply key to wait on."""
+    reply = _reply_key()
+    await redis.xadd(OPEN_STREAM, {"episode_id": episode_id, "reply": reply})
+    return reply
+
+
+async def claim_open(redis: Redis, consumer: str, *, block_ms: int) -> OpenRequest | None:
+    try:
+        got: Any = await redis.xreadgroup(
+            OPEN_GROUP, consumer, {OPEN_STREAM: ">"}, count=1, block=block_ms
+        )
+    except ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        await ensure_group(redis)
+        return None
+    if not got:
+        return None
+    message_id, fields = got[0][1][0]
+    # Acked at once: the episode row, not the message, says whether it still needs a worker.
+    await redis.xack(OPEN_STREAM, OPEN_GROUP, message_id)
+    await redis.xdel(OPEN_STREAM, message_id)
+    return OpenRequest(_text(message_id), _text(fields[b"episode_id"]), _text(fields[b"reply"]))
+
+
+async def send(redis: Redis, worker: str, request: dict[str, Any]) -> str:
+    """Push a request onto `worker`'s list; the reply key to wait on."""
+    reply = _reply_key()
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.rpush(requests_of(worker), json.dumps({**request, "reply": reply}))
+        # A dead worker's list is never read again: it goes an hour after the last request.
+        pipe.expire(requests_of(worker), REQUESTS_TTL_S)
+        await pipe.execute()
+    return reply
+
+
+async def next_request(redis: Redis, worker: str, *, timeout_s: float) -> dict[str, Any] | None:
+    got: Any = await redis.blpop([requests_of(worker)], timeout=timeout_s)
+    if got is None:
+        return None
+    request: dict[str, Any] = json.loads(got[1])
+    return request
+
+
+async def answer(redis: Redis, reply: str, payload: dict[str, Any]) -> None:
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.rpush(reply, json.dumps(payload))
+        pipe.expire(reply, REPLY_TTL_S)
+        await pipe.execute()
+
+
+async def wait_reply(
+    redis: Redis,
+    reply: str,
+    *,
+    timeout_s: float,
+    alive: Callable[[], Awaitable[bool]] | None = None,
+) -> dict[str, Any] | None:
+    """The reply, or None after `timeout_s` or as soon as `alive` says the worker is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        got: Any = await redis.blpop([reply], timeout=min(WAIT_SLICE_S, max(left, 0.01)))
+        if got is not None:
+            payload: dict[str, Any] = json.loads(got[1])
+            return payload
+        if alive is not None and not await alive():
+            # One more look: the answer may have come just before the worker went.
+            last: Any = await redis.lpop(reply)
+            return json.loads(last) if last is not None else None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

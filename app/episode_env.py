@@ -1,0 +1,161 @@
+"""Gymnasium-like clients of `/v1/episodes` (docs/rl.md): `Env` (sync), `AsyncEnv`, and
+`PackageEnv`, shaped like the paper's RL environment (reset/step/compute_final_reward/close).
+
+Only HTTP: a trainer needs httpx and this module, nothing of the server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+class EpisodeError(Exception):
+    """The API refused a call; `infrastructure` says the service, not the model, failed."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        error = body.get("error") or {}
+        details = error.get("details") or {}
+        super().__init__(f"{status}: {error.get('message', body)}")
+        self.status = status
+        self.code = str(error.get("code", ""))
+        self.infrastructure = isinstance(details, dict) and (
+            details.get("error_kind") == "infrastructure"
+        )
+
+
+@dataclass
+class StepResult:
+    messages: list[dict[str, Any]]
+    """Append these after the assistant message just sent."""
+    done: bool
+    finish_reason: str | None = None
+    infrastructure: bool = False
+    """Ended by the service (a lost worker, a failed sandbox): mask it out of the loss."""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json() if response.content else {}
+    if response.status_code >= 400:
+        raise EpisodeError(response.status_code, body)
+    return body
+
+
+def _step_result(body: dict[str, Any]) -> StepResult:
+    return StepResult(
+        messages=body["messages"],
+        done=body["done"],
+        finish_reason=body.get("finish_reason"),
+        infrastructure=body.get("error_kind") == "infrastructure",
+        info={"timings": body.get("timings", {}), "error": body.get("error")},
+    )
+
+
+class AsyncEnv:
+    """One environment: `reset` opens a new episode (closing the previous one)."""
+
+    def __init__(self, client: httpx.AsyncClient, spec: dict[str, Any]) -> None:
+        self.client, self.spec = client, spec
+        self.id: str | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+
+    async def reset(self) -> list[dict[str, Any]]:
+        """The first messages (system, user); `tools` holds the schemas to offer."""
+        await self.close()
+        opened = _json(await self.client.post("/v1/episodes", json=self.spec))
+        self.id, self.tools = opened["id"], opened["tools"]
+        self.messages = list(opened["messages"])
+        return list(opened["messages"])
+
+    async def step(self, message: dict[str, Any]) -> StepResult:
+        """Send the model's assistant message; `messages` keeps the whole conversation."""
+        result = _step_result(
+            _json(await self.client.post(f"/v1/episodes/{self.id}/step", json={"message": message}))
+        )
+        self.messages += [message, *result.messages]
+        return result
+
+    async def reward(self) -> float:
+        score: float = _json(await self.client.post(f"/v1/episodes/{self.id}/reward"))["score"]
+        return score
+
+    async def close(self) -> None:
+        if self.id is not None:
+            _json(await self.client.delete(f"/v1/episodes/{self.id}"))
+            self.id = None
+
+
+class Env:
+    """`AsyncEnv`, synchronously (one `httpx.Client`)."""
+
+    def __init__(self, client: httpx.Client, spec: dict[str, Any]) -> None:
+        self.client, self.spec = client, spec
+        self.id: str | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+
+    def reset(self) -> list[dict[str, Any]]:
+        self.close()
+        opened = _json(self.client.post("/v1/episodes", json=self.spec))
+        self.id, self.tools = opened["id"], opened["tools"]
+        self.messages = list(opened["messages"])
+        return list(opened["messages"])
+
+    def step(self, message: dict[str, Any]) -> StepResult:
+        body = _json(self.client.post(f"/v1/episodes/{self.id}/step", json={"message": message}))
+        result = _step_result(body)
+        self.messages += [message, *result.messages]
+        return result
+
+    def reward(self) -> float:
+        score: float = _json(self.client.post(f"/v1/episodes/{self.id}/reward"))["score"]
+        return score
+
+    def close(self) -> None:
+        if self.id is not None:
+            _json(self.client.delete(f"/v1/episodes/{self.id}"))
+            self.id = None
+
+
+class PackageEnv:
+    """The paper's RL environment's shape: `reset() -> (task, info)`, `step(action) ->
+    (observation, 0.0, done, info)` with `action` a tool call `{"name", "arguments"}` (or
+    an assistant message), `compute_final_reward()`, `close()`."""
+
+    def __init__(self, client: httpx.Client, spec: dict[str, Any]) -> None:
+        self.env = Env(client, spec)
+        self.turn = 0
+
+    def reset(self) -> tuple[str, dict[str, Any]]:
+        messages = self.env.reset()
+        return str(self.env.spec["prompt"]), {"messages": messages, "tools": self.env.tools}
+
+    def step(self, action: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        self.turn += 1
+        message = action if action.get("role") == "assistant" else self._message(action)
+        result = self.env.step(message)
+        observation = "\n".join(str(m.get("content", "")) for m in result.messages)
+        info = {**result.info, "finish_reason": result.finish_reason}
+        return observation, 0.0, result.done, info
+
+    def compute_final_reward(self) -> float:
+        return self.env.reward()
+
+    def close(self) -> None:
+        self.env.close()
+
+    @staticmethod
+    def is_multithread_safe() -> bool:
+        return True
+
+    def _message(self, call: dict[str, Any]) -> dict[str, Any]:
+        arguments = call.get("arguments", {})
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        function = {"name": call["name"], "arguments": raw}
+        tool_call = {"id": f"call_{self.turn}", "type": "function", "function": function}
+        return {"role": "assistant", "content": "", "tool_calls": [tool_call]}

@@ -1,0 +1,189 @@
+"""Where a webhook may go, and how it is sent there without being steered elsewhere.
+
+SSRF rules: a webhook reaches only public addresses. The name is resolved here,
+every address it resolves to must pass, and the request then connects to the
+checked address itself (the URL's host swapped for it, `Host` and TLS SNI kept
+as the name), so a second DNS answer cannot point the connection at the host's
+own network. Redirects are never followed. `webhook_allowed_hosts` opens
+exceptions by name, address or CIDR (tests' loopback receivers, internal
+services).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+import httpx
+
+from app.errors import InvalidInput
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_LOCAL_NAMES = ("localhost", "localhost.localdomain")
+_METADATA = (
+    ipaddress.ip_network("169.254.0.0/16"),  # link-local, AWS/GCP/Azure metadata
+    ipaddress.ip_network("100.100.100.200/32"),  # Alibaba Cloud metadata
+    ipaddress.ip_network("fd00:ec2::254/128"),  # AWS metadata over IPv6
+)
+
+
+class Refused(Exception):
+    """This URL may not be called (its address, its scheme, or its name)."""
+
+
+@dataclass(frozen=True)
+class Allow:
+    """`webhook_allowed_hosts`, parsed: names and networks let through although private."""
+
+    names: frozenset[str]
+    networks: tuple[Network, ...]
+
+    @classmethod
+    def of(cls, entries: list[str]) -> Allow:
+        names: set[str] = set()
+        networks: list[Network] = []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                names.add(entry.strip().lower().rstrip("."))
+        return cls(frozenset(names), tuple(networks))
+
+    def address_ok(self, address: Address) -> bool:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if any(address in network for network in self.networks):
+            return True
+        if any(address in network for network in _METADATA):
+            return False
+        return address.is_global and not address.is_multicast
+
+
+def check_url(url: str, allow: Allow) -> None:
+    """Refuse what is plainly not allowed before any DNS (a literal private address,
+    localhost, a scheme other than http(s), credentials in the URL): 422 at registration."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port out of range or not a number raises here
+    except ValueError as exc:
+        raise InvalidInput(f"not a valid URL: {exc}", {"field": "url"}) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput("the URL must be http:// or https:// with a host", {"field": "url"})
+    if parts.username or parts.password:
+        raise InvalidInput(
+            "no credentials in the URL: verify the signature instead", {"field": "url"}
+        )
+    host = parts.hostname.lower().rstrip(".")
+    if host in allow.names:
+        return
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        raise InvalidInput(
+            f"{host} is a loopback name (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)", {"field": "url"}
+        )
+    literal = _literal(host)
+    if literal is not None and not allow.address_ok(literal):
+        raise InvalidInput(
+            f"{host} is not a public address (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)",
+            {"field": "url"},
+        )
+
+
+async def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    allow: Allow,
+    *,
+    timeout_s: float,
+    max_response_bytes: int,
+) -> int:
+    """POST to the checked address of `url`; the status code (no redirect followed).
+
+    Raises Refused for a disallowed address, httpx/OS errors for transport failures,
+    TimeoutError past `timeout_s` for the whole exchange.
+    """
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    async with asyncio.timeout(timeout_s):
+        addresses = await _checked_addresses(host, port, allow)
+        for address in addresses[:-1]:  # like a browser: the next address if one is down
+            try:
+                return await _post_to(
+                    address, parts, host, port, body, headers, timeout_s, max_response_bytes
+                )
+            except httpx.ConnectError:
+                continue
+        return await _post_to(
+            addresses[-1], parts, host, port, body, headers, timeout_s, max_response_bytes
+        )
+
+
+async def _post_to(
+    address: Address,
+    parts: SplitResult,
+    host: str,
+    port: int,
+    body: bytes,
+    headers: dict[str, str],
+    timeout_s: float,
+    max_response_bytes: int,
+) -> int:
+    """POST to this (checked) address, as `host`: the Host header and TLS SNI/cert name."""
+    netloc = f"[{address}]" if address.version == 6 else str(address)
+    pinned = urlunsplit((parts.scheme, f"{netloc}:{port}", parts.path or "/", parts.query, ""))
+    host_header = parts.netloc.rsplit("@", 1)[-1]
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False
+    ) as client:
+        request = client.build_request(
+            "POST",
+            pinned,
+            content=body,
+            headers={**headers, "Host": host_header},
+            extensions=extensions,
+        )
+        response = await client.send(request, stream=True)
+        try:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read >= max_response_bytes:
+                    break
+        finally:
+            await response.aclose()
+        return response.status_code
+
+
+async def _checked_addresses(host: str, port: int, allow: Allow) -> list[Address]:
+    """The addresses to connect to: every address of the name must be allowed."""
+    literal = _literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise OSError(f"cannot resolve {host}: {exc}") from None
+        addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+        if not addresses:
+            raise OSError(f"{host} has no address")
+    if host not in allow.names:
+        for address in addresses:
+            if not allow.address_ok(address):
+                raise Refused(f"{host} resolves to {address}, which is not a public address")
+    return list(dict.fromkeys(addresses))
+
+
+def _literal(host: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None

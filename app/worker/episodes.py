@@ -1,0 +1,186 @@
+"""The worker's episode service: open episodes claimed from the shared stream, then serve
+their step and close requests from this worker's own list, and reap the idle ones.
+
+Every request is answered exactly once, on its reply key. Requests of one episode run
+one at a time (its lock); different episodes' run side by side. The row is written
+before the answer, so what the API reads after an answer is already true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import suppress
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from app.bus import episodes as bus
+from app.services import episodes as rows
+from app.worker.context import WorkerContext
+from app.worker.episodes_live import LiveEpisode
+
+log = logging.getLogger(__name__)
+BLOCK_MS = 200
+PAUSE_S = 1.0
+
+
+class EpisodeServer:
+    def __init__(self, ctx: WorkerContext, stopping: asyncio.Event) -> None:
+        self.ctx, self.stopping = ctx, stopping
+        self.halted = asyncio.Event()
+        self.live: dict[str, LiveEpisode] = {}
+        self.opening = 0
+
+    def halt(self) -> None:
+        """Stop serving even though the worker's own stop was not asked (a burst's end)."""
+        self.halted.set()
+
+    async def serve(self) -> None:
+        """Until the worker stops; then every episode it holds is closed (sandbox removed)."""
+        if self.ctx.settings.episode_slots == 0:
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._loop("open", lambda: self._open_one(group)))
+                group.create_task(self._loop("requests", lambda: self._serve_one(group)))
+                group.create_task(self._loop("idle", self._reap_idle))
+        finally:
+            for episode in list(self.live.values()):
+                await self._close(episode, "closed", "worker_stopped", "infrastructure")
+
+    async def _loop(self, name: str, once: Any) -> None:
+        while not (self.stopping.is_set() or self.halted.is_set()):
+            try:
+                await once()
+            except (RedisError, OSError) as exc:
+                log.warning("episodes (%s): lost touch with Redis: %r", name, exc)
+                await self._pause(PAUSE_S)
+            except Exception:
+                log.exception("episodes (%s) failed", name)
+                await self._pause(PAUSE_S)
+
+    async def _open_one(self, group: asyncio.TaskGroup) -> None:
+        if len(self.live) + self.opening >= self.ctx.settings.episode_slots:
+            await asyncio.sleep(BLOCK_MS / 1000)
+            return
+        request = await bus.claim_open(self.ctx.redis, self.ctx.name, block_ms=BLOCK_MS)
+        if request is None:
+            return
+        self.opening += 1
+        group.create_task(self._open(request))
+
+    async def _open(self, request: bus.OpenRequest) -> None:
+        try:
+            opening = await rows.assign(self.ctx.sessions, request.episode_id, self.ctx.name)
+            if opening is None:  # ended (the API gave up) before a worker got to it
+                await bus.answer(self.ctx.redis, request.reply, {"failure": "episode ended"})
+                return
+            episode = LiveEpisode(self.ctx.runner, opening, self.ctx.name, self.ctx.instance)
+            self.live[episode.id] = episode
+            async with episode.lock:
+                reply = await episode.start()
+                if reply["done"]:
+                    await self._finish(episode, reply)
+            await bus.answer(self.ctx.redis, request.reply, reply)
+        except Exception as exc:
+            log.exception("could not open episode %s", request.episode_id)
+            await rows.end(
+                self.ctx.sessions,
+                request.episode_id,
+                status="done",
+                finish_reason="sandbox_error",
+                error=f"could not open the episode: {exc!r}",
+                error_kind=rows.INFRASTRUCTURE,
+            )
+            await bus.answer(self.ctx.redis, request.reply, {"failure": "could not open"})
+        finally:
+            self.opening -= 1
+
+    async def _serve_one(self, group: asyncio.TaskGroup) -> None:
+        request = await bus.next_request(self.ctx.redis, self.ctx.name, timeout_s=BLOCK_MS / 1000)
+        if request is not None:
+            group.create_task(self._handle(request))
+
+    async def _handle(self, request: dict[str, Any]) -> None:
+        reply_key = str(request["reply"])
+        episode = self.live.get(str(request.get("episode_id")))
+        if episode is None:
+            await bus.answer(self.ctx.redis, reply_key, {"failure": "unknown episode"})
+            return
+        try:
+            if request.get("op") == "close":
+                await self._close(episode, "closed", "closed", None)
+                reply: dict[str, Any] = {"closed": True}
+            else:
+                reply = await self._step(episode, request.get("message"))
+        except Exception as exc:
+            log.exception("episode %s: request failed", episode.id)
+            reply = {"failure": f"the worker failed: {exc!r}"}
+        await bus.answer(self.ctx.redis, reply_key, reply)
+
+    async def _step(self, episode: LiveEpisode, message: object) -> dict[str, Any]:
+        if not isinstance(message, dict):
+            return {"invalid": "message must be a JSON object"}
+        async with episode.lock:
+            if episode.done:
+                return {"conflict": "the episode is done"}
+            try:
+                reply = await episode.step(message)
+            except (TypeError, ValueError, KeyError) as exc:
+                return {"invalid": f"not an assistant message: {exc}"}
+            if reply["done"]:
+                await self._finish(episode, reply)
+            else:
+                await rows.record_step(self.ctx.sessions, episode.id, len(episode.outcome.steps))
+            return reply
+
+    async def _finish(self, episode: LiveEpisode, reply: dict[str, Any]) -> None:
+        """The loop ended: the row says so (with the answer) before anyone is told."""
+        await rows.end(
+            self.ctx.sessions,
+            episode.id,
+            status="done",
+            finish_reason=str(reply["finish_reason"]),
+            error=reply.get("error"),
+            error_kind=reply.get("error_kind"),
+            answer=episode.answer(self.ctx.settings.answer_max_bytes),
+            steps=len(episode.outcome.steps),
+        )
+        self.live.pop(episode.id, None)
+
+    async def _close(
+        self, episode: LiveEpisode, status: str, reason: str, error_kind: str | None
+    ) -> None:
+        self.live.pop(episode.id, None)
+        await episode.close()
+        with suppress(Exception):
+            await rows.end(
+                self.ctx.sessions,
+                episode.id,
+                status=status,
+                finish_reason=reason,
+                error=None if error_kind is None else f"the episode was {reason.replace('_', ' ')}",
+                error_kind=error_kind,
+                answer=episode.answer(self.ctx.settings.answer_max_bytes),
+                steps=len(episode.outcome.steps),
+            )
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but no longer than until the worker stops (an idle worker exits at once)."""
+        waits = [asyncio.ensure_future(e.wait()) for e in (self.stopping, self.halted)]
+        try:
+            await asyncio.wait(waits, timeout=seconds)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+    async def _reap_idle(self) -> None:
+        await self._pause(PAUSE_S)
+        idle_s = self.ctx.settings.episode_idle_timeout_s
+        now = time.monotonic()
+        for episode in list(self.live.values()):
+            if now - episode.last_active > idle_s and not episode.lock.locked():
+                log.info("episode %s idle for %.0f s: closed", episode.id, idle_s)
+                await self._close(episode, "closed", "idle", None)

@@ -1,0 +1,404 @@
+"""Webhooks: subscriptions, the outbox written with each state change, signed deliveries to a
+real loopback receiver, retries, the delivery log, SSRF refusals, tenants and rotation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from app.api.app import create_app
+from app.config import Settings
+from app.db import models
+from app.db.engine import Sessions
+from app.resources import open_resources
+from app.services import attempts, webhook_delivery
+from app.worker.webhook_sender import send_due
+from tests.api.conftest import assert_error, serve
+from tests.support.experiments import ADMIN_KEY, as_tenant, experiment
+from tests.support.rows import insert_task
+from tests.support.webhook_receiver import Receiver, receiver, verify
+
+FAST_RETRIES: dict[str, Any] = {"webhook_retry_base_s": 0.05, "webhook_retry_max_delay_s": 0.2}
+
+
+def allowing(make_settings: Callable[..., Settings], **more: Any) -> Settings:
+    return make_settings(webhook_allowed_hosts=["127.0.0.1"], **FAST_RETRIES, **more)
+
+
+async def subscribe(
+    client: httpx.AsyncClient, url: str, events: list[str], **kw: Any
+) -> dict[str, Any]:
+    created = await client.post("/v1/webhooks", json={"url": url, "events": events}, **kw)
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+async def send_until_settled(settings: Settings, rounds: int = 60) -> None:
+    """Run the worker's sender chore until nothing is pending (retries come due quickly)."""
+    async with open_resources(settings) as res:
+        for _ in range(rounds):
+            await send_due(res.sessions, settings)
+            async with res.sessions() as session:
+                pending = await session.scalar(
+                    select(models.WebhookDelivery.id).where(
+                        models.WebhookDelivery.status == "pending"
+                    )
+                )
+            if pending is None:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("deliveries still pending")
+
+
+def check_signed(rec: Receiver, secret: str) -> list[dict[str, Any]]:
+    bodies = []
+    for got in rec.received:
+        header = got.headers["sandhive-signature"]
+        assert verify(secret, header, got.body), header
+        t = int(dict(item.split("=", 1) for item in header.split(","))["t"])
+        assert abs(time.time() - t) < 60
+        bodies.append(json.loads(got.body))
+    return bodies
+
+
+async def test_a_signed_webhook_arrives_with_the_task_as_get_returns_it(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.finished"])
+        assert sub["secret"].startswith("whsec_")
+        assert sub["events"] == ["task.finished"]
+        listed = (await client.get("/v1/webhooks")).json()["webhooks"]
+        assert [w["id"] for w in listed] == [sub["id"]]
+        assert "secret" not in listed[0]
+        task_id = await insert_task(sessions)
+        assert (await client.post(f"/v1/tasks/{task_id}/cancel")).status_code == 202
+        await send_until_settled(settings)
+        [body] = check_signed(rec, sub["secret"])
+        assert not verify(
+            "whsec_wrong", rec.received[0].headers["sandhive-signature"], rec.received[0].body
+        )
+        assert body["type"] == "task.finished"
+        assert body["id"].startswith("evt_")
+        assert rec.received[0].headers["sandhive-event-id"] == body["id"]
+        assert body["data"] == (await client.get(f"/v1/tasks/{task_id}")).json()
+        assert body["data"]["status"] == "cancelled"
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [(d["status"], d["event_id"], d["type"]) for d in log] == [
+            ("delivered", body["id"], "task.finished")
+        ]
+        assert [(a["attempt"], a["status_code"], a["error"]) for a in log[0]["attempts"]] == [
+            (1, 200, None)
+        ]
+
+
+async def test_the_receiver_fails_twice_and_the_third_delivery_lands(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver([500, 500]) as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        bodies = check_signed(rec, sub["secret"])
+        assert len(bodies) == 3
+        assert len({b["id"] for b in bodies}) == 1, "one event, retried"
+        assert len({got.body for got in rec.received}) == 1, "the same bytes every time"
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert log["status"] == "delivered"
+        assert log["next_attempt_at"] is None
+        tries = log["attempts"]
+        assert [(a["attempt"], a["status_code"]) for a in tries] == [(1, 500), (2, 500), (3, 200)]
+        assert [a["error"] for a in tries] == ["HTTP 500", "HTTP 500", None]
+        assert all(a["next_retry_at"] is not None for a in tries[:2])
+        assert tries[2]["next_retry_at"] is None
+
+
+async def test_a_receiver_that_never_answers_2xx_is_given_up_on_in_bounded_time(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, webhook_retry_for_s=0.5)
+    async with receiver([500] * 100) as rec, serve(create_app(settings)) as client:
+        await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert log["status"] == "failed"
+        assert log["attempts"][-1]["next_retry_at"] is None
+        assert 2 <= len(log["attempts"]) == len(rec.received) < 20
+
+
+async def test_an_api_restart_between_the_change_and_the_delivery_loses_nothing(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec:
+        async with serve(create_app(settings)) as client:
+            sub = await subscribe(client, rec.url(), ["task.finished"])
+            task_id = await insert_task(sessions)
+            await client.post(f"/v1/tasks/{task_id}/cancel")
+        # The API is gone and no sender ran: the outbox row was committed with the change.
+        async with sessions() as session:
+            rows = list(await session.scalars(select(models.WebhookDelivery)))
+        assert [(r.task_id, r.status, r.attempts) for r in rows] == [(task_id, "pending", 0)]
+        assert rec.received == []
+        await send_until_settled(settings)  # a worker's sender, after the restart
+        async with serve(create_app(settings)) as client:
+            [body] = check_signed(rec, sub["secret"])
+            assert body["data"]["id"] == task_id
+            log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+            assert [d["status"] for d in log] == ["delivered"]
+
+
+async def test_task_started_is_sent_when_an_attempt_starts(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.started"])
+        task_id = await insert_task(sessions)
+        async with open_resources(settings) as res:
+            started = await attempts.start_attempt(
+                res.sessions, res.redis, task_id, "w1", max_attempts=3
+            )
+        assert started is not None
+        await send_until_settled(settings)
+        [body] = check_signed(rec, sub["secret"])
+        assert body["type"] == "task.started"
+        assert (body["data"]["id"], body["data"]["status"], body["data"]["attempt"]) == (
+            task_id,
+            "running",
+            1,
+        )
+
+
+async def test_experiment_finished_is_sent_when_it_is_cancelled(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["experiment.finished"])
+        exp = (await client.post("/v1/experiments", json=experiment())).json()
+        url = f"/v1/experiments/{exp['id']}"
+        assert (await client.post(f"{url}/cancel")).status_code == 202
+        assert (await client.post(f"{url}/cancel")).status_code == 202  # no second event
+        await send_until_settled(settings)
+        bodies = check_signed(rec, sub["secret"])
+        assert [(b["type"], b["data"]["id"], b["data"]["status"]) for b in bodies] == [
+            ("experiment.finished", exp["id"], "cancelled")
+        ]
+        assert set(bodies[0]["data"]) == set((await client.get(url)).json())
+        [log] = (await client.get(f"{url}/webhooks")).json()["deliveries"]
+        assert (log["type"], log["status"], log["event_id"]) == (
+            "experiment.finished",
+            "delivered",
+            bodies[0]["id"],
+        )
+        assert_error(await client.get("/v1/experiments/exp_nope/webhooks"), 404, "not_found")
+
+
+async def test_plainly_private_urls_are_refused_at_registration(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serve(create_app(make_settings())) as client:
+        for url in (
+            "http://127.0.0.1:8080/hook",
+            "http://localhost/hook",
+            "http://[::1]/hook",
+            "http://10.1.2.3/hook",
+            "http://192.168.0.7/hook",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::ffff:127.0.0.1]/hook",
+            "ftp://example.com/hook",
+            "https://user:pw@example.com/hook",
+            "not a url",
+            "http://example.com:99999/hook",
+            "http://100.100.100.200/latest",
+        ):
+            refused = await client.post(
+                "/v1/webhooks", json={"url": url, "events": ["task.finished"]}
+            )
+            assert_error(refused, 422, "invalid_input")
+        bad_event = await client.post(
+            "/v1/webhooks", json={"url": "https://example.com/h", "events": ["task.exploded"]}
+        )
+        assert bad_event.status_code == 422
+        assert (await client.get("/v1/webhooks")).json()["webhooks"] == []
+        public = await client.post(
+            "/v1/webhooks", json={"url": "https://example.com/h", "events": ["task.finished"]}
+        )
+        assert public.status_code == 201, public.text
+    async with serve(create_app(allowing(make_settings))) as client:
+        await subscribe(client, "http://127.0.0.1:8080/hook", ["task.finished"])
+
+
+async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """Registered while `localhost` was allowed; the sender (without the allow) resolves the
+    name, finds 127.0.0.1 and does not connect."""
+    registering = make_settings(webhook_allowed_hosts=["localhost"], **FAST_RETRIES)
+    sending = make_settings(webhook_retry_for_s=0.01)
+    async with receiver() as rec, serve(create_app(registering)) as client:
+        first = await subscribe(client, rec.url(host="localhost"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(sending)
+        assert rec.received == []
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        [attempt] = log["attempts"]
+        assert attempt["status_code"] is None
+        assert attempt["error"].startswith("refused: localhost resolves to"), attempt
+        assert log["status"] == "failed"
+        await client.delete(f"/v1/webhooks/{first['id']}")
+    # The same name, allowed at send time too, is delivered.
+    async with receiver() as rec, serve(create_app(registering)) as client:
+        sub = await subscribe(client, rec.url(host="localhost"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(registering)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [d["status"] for d in log] == ["delivered"], log
+        assert len(check_signed(rec, sub["secret"])) == 1
+        assert rec.received[0].headers["host"] == f"localhost:{rec.port}", "the name, not the IP"
+
+
+async def test_redirects_are_not_followed(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, webhook_retry_for_s=0.01)
+    async with receiver([302]) as rec, serve(create_app(settings)) as client:
+        await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        assert len(rec.received) == 1
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert log["attempts"][0]["status_code"] == 302
+        assert log["status"] == "failed"
+
+
+async def test_tenants_see_and_get_only_their_own(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, auth="keys", admin_api_key=ADMIN_KEY)
+    a, b = as_tenant("acme"), as_tenant("bolt")
+    async with receiver() as rec_a, receiver() as rec_b, serve(create_app(settings)) as client:
+        sub_a = await subscribe(client, rec_a.url(), ["task.finished"], headers=a)
+        await subscribe(client, rec_b.url(), ["task.finished"], headers=b)
+        listed = (await client.get("/v1/webhooks", headers=b)).json()["webhooks"]
+        assert sub_a["id"] not in [w["id"] for w in listed]
+        for method, path in (
+            ("DELETE", f"/v1/webhooks/{sub_a['id']}"),
+            ("POST", f"/v1/webhooks/{sub_a['id']}/rotate"),
+        ):
+            assert_error(await client.request(method, path, headers=b), 404, "not_found")
+        task_id = await insert_task(sessions, tenant="acme")
+        await client.post(f"/v1/tasks/{task_id}/cancel", headers=a)
+        await send_until_settled(settings)
+        assert len(check_signed(rec_a, sub_a["secret"])) == 1
+        assert rec_b.received == [], "bolt's webhook hears nothing of acme's task"
+        assert_error(await client.get(f"/v1/tasks/{task_id}/webhooks", headers=b), 404, "not_found")
+        assert (await client.get(f"/v1/tasks/{task_id}/webhooks", headers=a)).status_code == 200
+
+
+async def test_rotation_signs_later_deliveries_with_the_new_secret_only(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.finished"])
+        rotated = await client.post(f"/v1/webhooks/{sub['id']}/rotate")
+        assert rotated.status_code == 200, rotated.text
+        new = rotated.json()
+        assert new["id"] == sub["id"]
+        assert new["secret"] != sub["secret"]
+        assert new["rotated_at"]
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        [got] = rec.received
+        assert verify(new["secret"], got.headers["sandhive-signature"], got.body)
+        assert not verify(sub["secret"], got.headers["sandhive-signature"], got.body)
+
+
+async def test_a_deleted_webhook_gets_nothing_more(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")  # queued in the outbox
+        assert (await client.delete(f"/v1/webhooks/{sub['id']}")).status_code == 204
+        assert_error(await client.delete(f"/v1/webhooks/{sub['id']}"), 404, "not_found")
+        await send_until_settled(settings)
+        assert rec.received == []
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert log["status"] == "dropped"
+        other = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{other}/cancel")
+        assert (await client.get(f"/v1/tasks/{other}/webhooks")).json()["deliveries"] == []
+
+
+async def test_two_senders_at_once_send_each_delivery_once(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, webhook_batch=2)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        await subscribe(client, rec.url(), ["task.finished"])
+        task_ids = [await insert_task(sessions) for _ in range(7)]
+        for task_id in task_ids:
+            await client.post(f"/v1/tasks/{task_id}/cancel")
+        async with open_resources(settings) as one, open_resources(settings) as two:
+            await asyncio.gather(send_due(one.sessions, settings), send_due(two.sessions, settings))
+        ids = sorted(json.loads(got.body)["data"]["id"] for got in rec.received)
+        assert ids == sorted(task_ids), "every delivery once: claims skip locked rows"
+
+
+async def test_a_sender_that_dies_after_claiming_leaves_the_delivery_to_another(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, webhook_lease_s=0.3)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        async with open_resources(settings) as res:
+            [claimed] = await webhook_delivery.claim_due(res.sessions, settings)  # then "dies"
+            assert await send_due(res.sessions, settings) == 0, "leased: not sent twice at once"
+            await asyncio.sleep(0.4)
+            assert await send_due(res.sessions, settings) == 1, "the lease lapsed"
+            await webhook_delivery.send(res.sessions, settings, claimed)  # the stale one wakes
+        bodies = check_signed(rec, sub["secret"])
+        assert len(bodies) == 2, "at least once: the stale sender's POST went out too"
+        assert {b["id"] for b in bodies} == {bodies[0]["id"]}, "one event id to de-duplicate on"
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert log["status"] == "delivered"
+        assert [(a["attempt"], a["status_code"]) for a in log["attempts"]] == [(1, 200), (2, 200)]
+
+
+def test_the_verifier_in_the_docs_accepts_our_signatures_only() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "calling-services.md").read_text()
+    snippet = re.search(r"### Verify the signature.*?```python\n(.*?)```", page, re.S)
+    assert snippet is not None
+    namespace: dict[str, Any] = {}
+    exec(snippet.group(1), namespace)  # our own docs page
+    docs_verify = namespace["verify"]
+    body = b'{"id":"evt_1","type":"task.finished"}'
+    now = int(time.time())
+    assert docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now), body)
+    assert not docs_verify("whsec_b", webhook_delivery.sign("whsec_a", body, now), body)
+    assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now), body + b" ")
+    assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now - 3600), body)

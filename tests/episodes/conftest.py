@@ -1,0 +1,106 @@
+"""Fixtures of the episode tests: a real `sandhive worker` process holding the sandboxes and
+the API in process, both on the test Postgres and Redis, with API keys on (tenants)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.app import create_app
+from app.config import Settings
+from app.scripted import ScriptedLLMServer
+from tests.api.conftest import serve
+from tests.support.experiments import ADMIN_KEY, as_tenant
+from tests.support.processes import ready_worker
+
+ALICE = as_tenant("alice")
+BOB = as_tenant("bob")
+
+
+@pytest.fixture
+def make_episode_settings(
+    make_settings: Callable[..., Settings], docker_image: str, scripted_llm: ScriptedLLMServer
+) -> Callable[..., Settings]:
+    """Keys on, fast heartbeats (a dead worker is noticed within a second), short waits."""
+
+    def make(**overrides: Any) -> Settings:
+        return make_settings(
+            **{
+                "sandbox_image": docker_image,
+                "llm_base_url": scripted_llm.base_url,
+                "llm_model": "unset",
+                "auth": "keys",
+                "admin_api_key": ADMIN_KEY,
+                "worker_heartbeat_s": 0.2,
+                "worker_lease_s": 1.0,
+                "episode_open_timeout_s": 60.0,
+                "episode_step_timeout_s": 60.0,
+                **overrides,
+            }
+        )
+
+    return make
+
+
+@pytest.fixture
+def episode_settings(make_episode_settings: Callable[..., Settings]) -> Settings:
+    return make_episode_settings()
+
+
+@pytest.fixture
+def worker(episode_settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with ready_worker(episode_settings, tmp_path / "worker.log") as process:
+        yield process
+
+
+@pytest.fixture
+async def api(episode_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(create_app(episode_settings)) as client:
+        client.timeout = httpx.Timeout(120.0)
+        yield client
+
+
+async def open_episode(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    response = await api.post("/v1/episodes", json=body, headers=ALICE)
+    assert response.status_code == 201, response.text
+    opened: dict[str, Any] = response.json()
+    return opened
+
+
+def tool_turn(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message in the OpenAI chat shape with one tool call."""
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+
+
+async def step(
+    api: httpx.AsyncClient, episode_id: str, message: dict[str, Any], headers: Any = None
+) -> httpx.Response:
+    return await api.post(
+        f"/v1/episodes/{episode_id}/step", json={"message": message}, headers=headers or ALICE
+    )
+
+
+def containers(label: str) -> list[str]:
+    found = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.split()
