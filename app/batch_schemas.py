@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from typing import Annotated
 
-from app.schemas import TaskCreate, TaskOut, WireModel
+from pydantic import AfterValidator, ConfigDict, Field
+
+from app.schemas import TaskCreate, TaskOut, WireModel, check_text
 
 BATCH_CEILING = 1000
 """The parsing ceiling of a batch; the server's `SANDHIVE_MAX_BATCH_TASKS` is at most this."""
@@ -13,7 +15,9 @@ BATCH_CEILING = 1000
 class TaskBatchItem(TaskCreate):
     """One task of a batch: a task submission plus its own optional idempotency key."""
 
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    idempotency_key: Annotated[str, AfterValidator(check_text)] | None = Field(
+        default=None, min_length=1, max_length=200
+    )
     """This task's Idempotency-Key: a repeat of the same task with it gets the first task
     back (not stored again), the same key with another task is a 422."""
 

@@ -200,7 +200,9 @@ async def _score_deferred(
     from app.scoring.python_code import PythonScorer
 
     assert isinstance(scorer, PythonScorer)
-    return await score_in_sandbox(runner.docker, settings.sandbox_image, scorer, answer, row)
+    return await score_in_sandbox(  # labelled like the run's own sandboxes: outside a deployment
+        runner.docker, settings.sandbox_image, scorer, answer, row, labels=LOCAL_LABELS
+    )
 
 
 def _error(item: LocalItem, kind: str, message: str, **detail: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 
 from app.schemas import JsonObject, WireModel, check_text
+from app.specs import WebhookSpec
 
 ArmMode = Literal["sandbox", "vanilla"]
 ArmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -85,6 +86,17 @@ EXPERIMENT_EXAMPLES: dict[str, dict[str, Any]] = {
 """Named examples of `POST /v1/experiments` (tests/api/test_openapi.py submits them)."""
 
 
+class ExperimentWebhook(_Strict):
+    """Where this experiment's own events go, besides the tenant's subscriptions."""
+
+    url: Annotated[str, Field(max_length=2000), AfterValidator(check_text)]
+    """The http(s) URL that receives the POSTs, checked like a subscription's."""
+    events: list[Literal["experiment.finished"]] = Field(
+        default=["experiment.finished"], min_length=1, max_length=1
+    )
+    """Which of the experiment's events to send there (`experiment.finished`)."""
+
+
 class ExperimentCreate(_Strict):
     """An evaluation run: every row x arm x attempt runs as a task and is scored as it ends."""
 
@@ -112,6 +124,9 @@ class ExperimentCreate(_Strict):
     """With `end_id`: only the rows from this id to that one (inclusive, in dataset order)."""
     end_id: str | None = Field(default=None, max_length=200)
     """The last row to run, with `start_id` (inclusive)."""
+    webhook: ExperimentWebhook | None = None
+    """This experiment's own webhook, signed with the secret of the tenant's newest
+    subscription (so the tenant needs one: `POST /v1/webhooks`)."""
 
 
 class RegradeIn(_Strict):
@@ -176,6 +191,9 @@ class ExperimentOut(WireModel):
     """As submitted."""
     progress: dict[str, ArmProgress]
     """Per arm, how many items are in each status."""
+    webhook: WebhookSpec | None = None
+    """The experiment's own webhook (`signed_by`: the subscription whose secret signs it);
+    null without one."""
 
 
 class ItemOut(WireModel):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 
 from redis.exceptions import RedisError
 
@@ -37,9 +36,12 @@ class Periodic:
         job: Callable[[], Awaitable[object]],
         *,
         now: bool = True,
+        wake: asyncio.Event | None = None,
     ) -> None:
-        """Run `job` every `interval_s` (first at once, or after one interval if not `now`)."""
-        loop = self._every(interval_s, what, job, now=now)
+        """Run `job` every `interval_s` (first at once, or after one interval if not `now`),
+        and also as soon as `wake` is set (it is cleared before the run it starts): work that
+        something else knows is due need not wait for the next interval."""
+        loop = self._every(interval_s, what, job, now=now, wake=wake)
         self._tasks.append(asyncio.create_task(loop, name=what))
 
     async def stop(self) -> None:
@@ -50,18 +52,31 @@ class Periodic:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _every(
-        self, interval_s: float, what: str, job: Callable[[], Awaitable[object]], *, now: bool
+        self,
+        interval_s: float,
+        what: str,
+        job: Callable[[], Awaitable[object]],
+        *,
+        now: bool,
+        wake: asyncio.Event | None,
     ) -> None:
         if not now:
-            await self._pause(interval_s)
+            await self._pause(interval_s, wake)
         while not self._stopping.is_set():
+            if wake is not None:
+                wake.clear()  # what sets it from here on gets a run of its own
             await quietly(what, job())
-            await self._pause(interval_s)
+            await self._pause(interval_s, wake)
 
-    async def _pause(self, interval_s: float) -> None:
-        with suppress(TimeoutError):
-            async with asyncio.timeout(interval_s):
-                await self._stopping.wait()
+    async def _pause(self, interval_s: float, wake: asyncio.Event | None) -> None:
+        waits = [asyncio.ensure_future(self._stopping.wait())]
+        if wake is not None:
+            waits.append(asyncio.ensure_future(wake.wait()))
+        try:
+            await asyncio.wait(waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
 
 async def quietly(what: str, job: Awaitable[object]) -> None:

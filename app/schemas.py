@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.specs import LimitsSpec, LLMSpec, SandboxSpec, ToolsSpec
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, ToolsSpec, WebhookSpec
 from app.states import FinishReason, TaskStatus
 
 # Bounds on every input. These are hard ceilings that keep parsing and storage
@@ -249,6 +249,18 @@ TASK_EXAMPLES: dict[str, dict[str, Any]] = {
 """Named examples of `POST /v1/tasks` (OpenAPI's; tests/api/test_openapi.py submits them)."""
 
 
+class TaskWebhook(_Strict):
+    """Where this task's own events go, besides the tenant's subscriptions."""
+
+    url: Annotated[str, Field(max_length=2000), AfterValidator(check_text)]
+    """The http(s) URL that receives the POSTs: checked like a subscription's (a public
+    address, unless `SANDHIVE_WEBHOOK_ALLOWED_HOSTS` allows it)."""
+    events: list[Literal["task.started", "task.finished"]] = Field(
+        default=["task.finished"], min_length=1, max_length=2
+    )
+    """Which of the task's events to send there (`task.started`, `task.finished`)."""
+
+
 class TaskCreate(_Strict):
     """A task to run: only `prompt` is required; every other field has a server default."""
 
@@ -277,6 +289,9 @@ class TaskCreate(_Strict):
     mode: Literal["sandbox", "vanilla"] = "sandbox"
     """`vanilla`: the prompt (with the input files, as text, embedded) in one model call,
     no tools and no sandbox; the answer is the response text (docs/agent.md)."""
+    webhook: TaskWebhook | None = None
+    """This task's own webhook: signed with the secret of the tenant's newest subscription
+    (so the tenant needs one: `POST /v1/webhooks`)."""
 
     @model_validator(mode="after")
     def _storable_text(self) -> TaskCreate:
@@ -365,6 +380,9 @@ class TaskOut(WireModel):
     """What went wrong, in words, when the task did not succeed; null otherwise."""
     artifacts_skipped: list[SkippedArtifact] = Field(default_factory=list)
     """Output files left out of the artifacts; empty when every file was kept."""
+    webhook: WebhookSpec | None = None
+    """The task's own webhook (`signed_by`: the subscription whose secret signs it); null
+    without one."""
 
 
 class TaskList(WireModel):

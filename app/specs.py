@@ -100,6 +100,18 @@ class PromptSpec(_Stored):
     output_dir: str
 
 
+class WebhookSpec(_Stored):
+    """A task's or an experiment's own webhook, as stored and shown (never a secret)."""
+
+    url: str
+    """Where its events are POSTed."""
+    events: list[str]
+    """The event types sent there."""
+    signed_by: str | None = None
+    """The subscription (`wh_...`) whose current secret signs them: the tenant's newest
+    when it was submitted. Null only where nothing is delivered (`sandhive run`)."""
+
+
 class TaskSpec(_Stored):
     llm: LLMSpec
     limits: LimitsSpec
@@ -111,6 +123,8 @@ class TaskSpec(_Stored):
     mode: Literal["sandbox", "vanilla"] = "sandbox"
     """`vanilla`: one model call, no tools and no sandbox (the paper's baseline).
     Tasks stored before the field existed ran in a sandbox."""
+    webhook: WebhookSpec | None = None
+    """The task's own webhook; tasks stored before the field existed had none."""
 
 
 def stored(spec: TaskSpec) -> dict[str, Any]:

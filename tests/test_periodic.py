@@ -78,3 +78,26 @@ async def test_a_loop_started_later_waits_one_interval_first() -> None:
     assert runs >= 1, "a run after it"
     async with asyncio.timeout(STOP_WITHIN_S):
         await loops.stop()
+
+
+async def test_a_wake_runs_the_job_at_once_and_several_wakes_make_one_run() -> None:
+    runs: list[float] = []
+    ran = asyncio.Event()
+
+    async def job() -> None:
+        runs.append(asyncio.get_running_loop().time())
+        ran.set()
+
+    wake = asyncio.Event()
+    loops = Periodic()
+    loops.start(3600.0, "woken", job, wake=wake)
+    await ran.wait()  # the first run, at once
+    ran.clear()
+    wake.set()
+    wake.set()  # two ends before the run: one run serves both
+    async with asyncio.timeout(STOP_WITHIN_S):
+        await ran.wait()  # long before the hour's interval
+    await asyncio.sleep(0.05)
+    await loops.stop()
+    assert len(runs) == 2, runs
+    assert not wake.is_set(), "the run that served the wake cleared it"

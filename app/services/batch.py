@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
@@ -31,7 +31,7 @@ from app.errors import AppError, IdempotencyKeyReused, InvalidInput
 from app.resolve import check_inputs, dotted, problem, resolve_spec
 from app.schemas import TaskCreate
 from app.services import backpressure, idempotency
-from app.services.tasks import new_task, store_task, task_out
+from app.services.tasks import new_task, store_task, task_out, with_webhook
 from app.specs import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ async def submit_batch(
         msg = f"at most {settings.max_batch_tasks} tasks in one batch, got {len(batch.tasks)}"
         raise InvalidInput(f"tasks: {msg}", details=[problem(("tasks",), msg, "too_long")])
     items = [_prepare(i, task, settings) for i, task in enumerate(batch.tasks)]
+    for n, item in enumerate(items):
+        with _located(item.index):
+            spec = await with_webhook(sessions, settings, tenant, item.body, item.spec)
+        items[n] = replace(item, spec=spec)
     _check_keys_unique(items)
     try:
         return await _store(sessions, redis, settings, tenant, items)

@@ -57,10 +57,8 @@ def out(row: models.EpisodeRow) -> EpisodeOut:
     )
 
 
-async def create(
-    sessions: Sessions, settings: Settings, tenant: str, body: EpisodeCreate
-) -> models.EpisodeRow:
-    """Insert an `opening` episode, or raise (422, 429) with nothing written."""
+def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.EpisodeRow:
+    """The `opening` episode a request makes, checked (422) but not stored yet."""
     task = body.as_task()
     spec = resolve_spec(task, settings)
     inputs = check_inputs(task, settings)
@@ -83,10 +81,14 @@ async def create(
         scorer=body.scorer,
         ground_truth=body.ground_truth,
     )
-    async with sessions.begin() as session:
-        await backpressure.admit(session, settings, tenant)
-        session.add(row)
     return row
+
+
+async def store(sessions: Sessions, settings: Settings, row: models.EpisodeRow) -> None:
+    """Insert a checked episode within the tenant's limits (429 with nothing written)."""
+    async with sessions.begin() as session:
+        await backpressure.admit(session, settings, row.tenant_id)
+        session.add(row)
 
 
 async def find(sessions: Sessions, tenant: str, episode_id: str) -> models.EpisodeRow:

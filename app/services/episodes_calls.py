@@ -14,7 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.bus import episodes as bus
-from app.bus import leases
+from app.bus import leases, presence
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -29,7 +29,14 @@ RETRY_S = 5
 async def open_episode(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: EpisodeCreate
 ) -> EpisodeOpened:
-    row = await rows.create(sessions, settings, tenant, body)
+    row = rows.new_row(settings, tenant, body)
+    if not await presence.any_worker(redis):  # else the caller would wait out the timeout
+        raise Unavailable(
+            "no worker is running to open the episode (start one: sandhive worker)",
+            RETRY_S,
+            details={"error_kind": "infrastructure"},
+        )
+    await rows.store(sessions, settings, row)
     reply_key = await bus.request_open(redis, row.id)
     reply = await bus.wait_reply(redis, reply_key, timeout_s=settings.episode_open_timeout_s)
     if reply is None:

@@ -106,6 +106,10 @@ def _check_arm(
     for key in given:
         msg = "set by the experiment (each row's problem_statement, input_files; the arm's mode)"
         problems.append(problem(("arms", i, "task", key), msg))
+    if "webhook" in arm.task:  # an item's task is not submitted by the caller
+        msg = "items' tasks have no own webhook: set the experiment's `webhook`, or subscribe"
+        problems.append(problem(("arms", i, "task", "webhook"), msg))
+        return stored
     if given:
         return stored
     try:

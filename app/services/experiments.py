@@ -31,13 +31,14 @@ from app.experiment_schemas import (
     ItemOut,
 )
 from app.ids import new_experiment_id, utc_now
-from app.services import cancel
+from app.services import cancel, webhooks
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.experiment_events import record_experiment_events
 from app.services.experiment_input import Checked, check_experiment
 from app.services.experiment_runner import advance
 from app.services.experiment_scoring import grading_of, wake_followers
 from app.services.webhook_events import experiment_finished
+from app.specs import WebhookSpec
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
@@ -52,6 +53,11 @@ async def create_experiment(
 ) -> ExperimentOut:
     """Check, store and start an experiment (422 naming the row and field; nothing stored)."""
     checked = check_experiment(body, settings)
+    own = None
+    if body.webhook is not None:
+        own = await webhooks.own_webhook(
+            sessions, settings, tenant, body.webhook.url, list(body.webhook.events), ("webhook",)
+        )
     exp = models.Experiment(
         id=new_experiment_id(),
         tenant_id=tenant,
@@ -62,6 +68,7 @@ async def create_experiment(
             "scorer": checked.scorer,
             "attempts": body.attempts,
             "concurrency": body.concurrency,
+            **({"webhook": own.model_dump(mode="json")} if own else {}),
         },
         meta=body.metadata,
         created_at=utc_now(),
@@ -197,6 +204,7 @@ def experiment_out(
         rows=rows,
         metadata=exp.meta,
         progress={arm["name"]: ArmProgress(**progress[arm["name"]]) for arm in arms},
+        webhook=WebhookSpec.model_validate(exp.spec["webhook"]) if "webhook" in exp.spec else None,
     )
 
 

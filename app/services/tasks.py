@@ -33,7 +33,7 @@ from app.schemas import (
     TrajectoryOut,
     UsageOut,
 )
-from app.services import backpressure, idempotency
+from app.services import backpressure, idempotency, webhooks
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.events import record_event
 from app.services.task_filters import TaskFilters
@@ -58,7 +58,7 @@ async def submit_task(
     idempotency_key: str | None,
 ) -> tuple[TaskOut, bool]:
     """Store a queued task and enqueue it; (task, created), or the first task for a repeated key."""
-    spec = resolve_spec(body, settings)
+    spec = await with_webhook(sessions, settings, tenant, body, resolve_spec(body, settings))
     files = check_inputs(body, settings)
     submitted = idempotency.fingerprint(body, files) if idempotency_key is not None else None
     if idempotency_key is not None and (found := await _by_key(sessions, tenant, idempotency_key)):
@@ -83,6 +83,18 @@ async def submit_task(
         # Accepted all the same: the workers' reconciliation enqueues committed rows.
         log.warning("could not enqueue %s (reconciliation will): %r", task.id, exc)
     return task_out(task), True
+
+
+async def with_webhook(
+    sessions: Sessions, settings: Settings, tenant: str, body: TaskCreate, spec: TaskSpec
+) -> TaskSpec:
+    """The spec with the submission's own webhook checked and pinned to its signer."""
+    if body.webhook is None:
+        return spec
+    own = await webhooks.own_webhook(
+        sessions, settings, tenant, body.webhook.url, list(body.webhook.events), ("webhook",)
+    )
+    return spec.model_copy(update={"webhook": own})
 
 
 async def store_task(
@@ -258,4 +270,5 @@ def task_out(row: models.Task) -> TaskOut:
         usage=UsageOut.model_validate(row.usage),
         error=row.error,
         artifacts_skipped=skipped_of(row),
+        webhook=spec.webhook,
     )

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db import models
 from app.services import webhooks
 from app.services.tasks import task_out
+from app.specs import WebhookSpec, read_spec
 
 
 async def task_changed(session: AsyncSession, task: models.Task, event_type: str) -> None:
@@ -22,12 +23,15 @@ async def task_changed(session: AsyncSession, task: models.Task, event_type: str
     def data() -> Any:
         return task_out(task).model_dump(mode="json")
 
-    await webhooks.enqueue(session, task.tenant_id, event_type, data, task_id=task.id)
+    own = read_spec(task.spec).webhook
+    await webhooks.enqueue(session, task.tenant_id, event_type, data, task_id=task.id, own=own)
 
 
 async def experiment_finished(session: AsyncSession, exp: models.Experiment) -> None:
     """`experiment.finished` (its status says `finished` or `cancelled`)."""
-    if not await webhooks.wanted(session, exp.tenant_id, "experiment.finished"):
+    own_spec = exp.spec.get("webhook")
+    own = WebhookSpec.model_validate(own_spec) if own_spec else None
+    if own is None and not await webhooks.wanted(session, exp.tenant_id, "experiment.finished"):
         return
     # Imported here: services.experiments imports the runner that calls this hook.
     from app.services.experiments import experiment_out
@@ -52,4 +56,5 @@ async def experiment_finished(session: AsyncSession, exp: models.Experiment) -> 
         "experiment.finished",
         lambda: out.model_dump(mode="json"),
         experiment_id=exp.id,
+        own=own,
     )

@@ -22,8 +22,10 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import InvalidInput, NotFound
 from app.ids import utc_now
+from app.resolve import Loc, problem
 from app.services.visibility import find_task
 from app.services.webhook_net import Allow, check_url
+from app.specs import WebhookSpec
 from app.webhook_schemas import (
     AttemptOut,
     DeliveryList,
@@ -116,6 +118,40 @@ def _out(sub: models.WebhookSubscription) -> WebhookOut:
     )
 
 
+NO_SUBSCRIPTION = "register a subscription first: POST /v1/webhooks"
+
+
+async def own_webhook(
+    sessions: Sessions, settings: Settings, tenant: str, url: str, events: list[str], loc: Loc
+) -> WebhookSpec:
+    """A task's or an experiment's own webhook, checked like a subscription and pinned to
+    the subscription that signs it (the tenant's newest): 422 at `loc` otherwise.
+
+    Signed with a subscription's secret rather than one of its own, so receivers verify one
+    secret per tenant, rotation covers every URL at once, and no secret lives in a spec.
+    """
+    try:
+        check_url(url, Allow.of(settings.webhook_allowed_hosts))
+    except InvalidInput as exc:
+        raise InvalidInput(
+            f"{'.'.join(map(str, loc))}.url: {exc.message}",
+            [problem((*loc, "url"), exc.message, "url_not_allowed")],
+        ) from None
+    async with sessions() as session:
+        signer = await session.scalar(
+            select(Sub.id)
+            .where(Sub.tenant_id == tenant)
+            .order_by(Sub.created_at.desc(), Sub.id.desc())
+            .limit(1)
+        )
+    if signer is None:
+        raise InvalidInput(
+            f"{'.'.join(map(str, loc))}: {NO_SUBSCRIPTION}",
+            [problem(loc, NO_SUBSCRIPTION, "no_subscription")],
+        )
+    return WebhookSpec(url=url, events=sorted(set(events)), signed_by=signer)
+
+
 async def wanted(session: AsyncSession, tenant: str, event_type: str) -> bool:
     """Whether any of the tenant's subscriptions wants this event type."""
     query = select(Sub.id).where(Sub.tenant_id == tenant, Sub.events.contains([event_type]))
@@ -130,18 +166,24 @@ async def enqueue(
     *,
     task_id: str | None = None,
     experiment_id: str | None = None,
+    own: WebhookSpec | None = None,
 ) -> int:
     """Write the event's deliveries in the caller's transaction; how many.
 
     `data` builds the object as its GET returns it (JSON-able), only when some
-    subscription wants the event.
+    subscription, or the object's `own` webhook, wants the event. The own webhook's
+    delivery names its signing subscription, so the sender signs (or, once that
+    subscription is deleted, drops) it as it does the subscription's own.
     """
-    subs = list(
-        await session.scalars(
+    targets = [
+        (sub.id, sub.url)
+        for sub in await session.scalars(
             select(Sub).where(Sub.tenant_id == tenant, Sub.events.contains([event_type]))
         )
-    )
-    if not subs:
+    ]
+    if own is not None and own.signed_by is not None and event_type in own.events:
+        targets.append((own.signed_by, own.url))
+    if not targets:
         return 0
     now = utc_now()
     event_id = _id("evt")
@@ -149,15 +191,15 @@ async def enqueue(
         {"id": event_id, "type": event_type, "created_at": now.isoformat(), "data": data()},
         separators=(",", ":"),
     )
-    for sub in subs:
+    for subscription_id, url in targets:
         session.add(
             Delivery(
                 id=_id("whd"),
                 event_id=event_id,
                 event_type=event_type,
                 tenant_id=tenant,
-                subscription_id=sub.id,
-                url=sub.url,
+                subscription_id=subscription_id,
+                url=url,
                 task_id=task_id,
                 experiment_id=experiment_id,
                 body=body,
@@ -168,7 +210,7 @@ async def enqueue(
                 created_at=now,
             )
         )
-    return len(subs)
+    return len(targets)
 
 
 async def task_deliveries(sessions: Sessions, tenant: str, task_id: str) -> DeliveryList:

@@ -59,6 +59,9 @@ class Worker:
         self.stopping = asyncio.Event()
         self.hurry = asyncio.Event()
         self.slot_freed = asyncio.Event()
+        self.task_ended = asyncio.Event()
+        """Set when an attempt ends: the experiments chore runs at once (an experiment's
+        next item need not wait for the tick), one run for however many ended meanwhile."""
         self.busy = 0
         self.running: dict[str, Running] = {}
         self._last_reclaim = 0.0
@@ -109,6 +112,7 @@ class Worker:
             s.experiment_tick_s,
             "experiments",
             lambda: experiment_runner.advance_all(ctx.sessions, ctx.redis, s),
+            wake=self.task_ended,
         )
         chores.start(s.experiment_tick_s, "scoring", lambda: scoring.score_waiting(ctx))
         chores.start(s.webhook_poll_s, "webhooks", lambda: webhook_sender.send_due(ctx.sessions, s))
@@ -233,6 +237,8 @@ class Worker:
             end = await run_attempt(ctx, running)
         finally:
             del self.running[running.task_id]
+        if end is End.done:
+            self.task_ended.set()
         metrics.ATTEMPTS.labels(end.name).inc()
         if end is End.retry:
             await asyncio.sleep(RETRY_PAUSE_S)

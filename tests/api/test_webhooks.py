@@ -402,3 +402,183 @@ def test_the_verifier_in_the_docs_accepts_our_signatures_only() -> None:
     assert not docs_verify("whsec_b", webhook_delivery.sign("whsec_a", body, now), body)
     assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now), body + b" ")
     assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now - 3600), body)
+
+
+# A task's or an experiment's own webhook (`webhook: {url, events}` at submission)
+
+
+async def submit_task(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    created = await client.post("/v1/tasks", json={"prompt": "work", **fields})
+    assert created.status_code == 202, created.text
+    return dict(created.json())
+
+
+async def test_a_task_with_its_own_webhook_gets_a_signed_task_finished_at_its_url(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as tenants, receiver() as own, serve(create_app(settings)) as client:
+        old = await subscribe(client, tenants.url(), ["task.started"])
+        sub = await subscribe(client, tenants.url(path="/newest"), ["task.started"])
+        task = await submit_task(client, webhook={"url": own.url(path="/mine")})
+        expected = {
+            "url": own.url(path="/mine"),
+            "events": ["task.finished"],
+            "signed_by": sub["id"],
+        }
+        assert task["webhook"] == expected, "the default event; the newest subscription signs"
+        assert (await client.get(f"/v1/tasks/{task['id']}")).json()["webhook"] == expected
+        assert (await client.post(f"/v1/tasks/{task['id']}/cancel")).status_code == 202
+        await send_until_settled(settings)
+        assert tenants.received == [], "the subscriptions want only task.started"
+        [got] = own.received
+        assert got.path == "/mine"
+        [body] = check_signed(own, sub["secret"])
+        assert not verify(old["secret"], got.headers["sandhive-signature"], got.body)
+        assert body["type"] == "task.finished"
+        assert body["data"] == (await client.get(f"/v1/tasks/{task['id']}")).json()
+        [log] = (await client.get(f"/v1/tasks/{task['id']}/webhooks")).json()["deliveries"]
+        assert (log["type"], log["url"], log["subscription_id"], log["status"]) == (
+            "task.finished",
+            own.url(path="/mine"),
+            sub["id"],
+            "delivered",
+        )
+        assert log["event_id"] == body["id"]
+        plain = await submit_task(client)
+        assert plain["webhook"] is None
+
+
+async def test_a_task_webhook_gets_only_its_events_and_rotation_and_deletion_apply(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as own, serve(create_app(settings)) as client:
+        sub = await subscribe(client, "http://127.0.0.1:9/unused", ["experiment.finished"])
+        started_only = await submit_task(
+            client, webhook={"url": own.url(path="/started"), "events": ["task.started"]}
+        )
+        both = await submit_task(
+            client,
+            webhook={"url": own.url(path="/both"), "events": ["task.finished", "task.started"]},
+        )
+        assert both["webhook"]["events"] == ["task.finished", "task.started"]
+        async with open_resources(settings) as res:
+            started = await attempts.start_attempt(
+                res.sessions, res.redis, both["id"], "w1", max_attempts=3
+            )
+        assert started is not None
+        await client.post(f"/v1/tasks/{started_only['id']}/cancel")  # task.finished: not wanted
+        rotated = (await client.post(f"/v1/webhooks/{sub['id']}/rotate")).json()
+        await send_until_settled(settings)
+        assert [got.path for got in own.received] == ["/both"]
+        [body] = check_signed(own, rotated["secret"])  # the current secret signs
+        assert (body["type"], body["data"]["id"]) == ("task.started", both["id"])
+        log = (await client.get(f"/v1/tasks/{started_only['id']}/webhooks")).json()
+        assert log["deliveries"] == []
+        # The signing subscription deleted: the task's later events are dropped, not unsigned.
+        later = await submit_task(client, webhook={"url": own.url(path="/later")})
+        assert (await client.delete(f"/v1/webhooks/{sub['id']}")).status_code == 204
+        await client.post(f"/v1/tasks/{later['id']}/cancel")
+        await send_until_settled(settings)
+        assert len(own.received) == 1
+        log = (await client.get(f"/v1/tasks/{later['id']}/webhooks")).json()["deliveries"]
+        assert [(d["type"], d["status"]) for d in log] == [("task.finished", "dropped")]
+        refused = await client.post(
+            "/v1/tasks", json={"prompt": "x", "webhook": {"url": own.url()}}
+        )
+        assert (
+            "register a subscription first"
+            in assert_error(refused, 422, "invalid_input")["message"]
+        )
+
+
+async def test_a_disallowed_task_webhook_is_a_422_with_nothing_stored(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serve(create_app(make_settings())) as client:
+        public = {"url": "https://example.com/hook"}
+        no_sub = await client.post("/v1/tasks", json={"prompt": "x", "webhook": public})
+        error = assert_error(no_sub, 422, "invalid_input")
+        assert "register a subscription first: POST /v1/webhooks" in error["message"]
+        assert error["details"][0]["loc"] == ["body", "webhook"]
+        await subscribe(client, "https://example.com/sub", ["task.finished"])
+        for url in ("http://127.0.0.1:8080/hook", "http://localhost/h", "ftp://example.com/h"):
+            refused = await client.post("/v1/tasks", json={"prompt": "x", "webhook": {"url": url}})
+            error = assert_error(refused, 422, "invalid_input")
+            assert error["details"][0]["loc"] == ["body", "webhook", "url"], error
+        for webhook in (
+            {"url": "https://example.com/h", "events": ["task.exploded"]},
+            {"url": "https://example.com/h", "events": ["experiment.finished"]},
+            {"url": "https://example.com/h", "events": []},
+            {"url": "https://example.com/h", "secret": "mine"},
+        ):
+            refused = await client.post("/v1/tasks", json={"prompt": "x", "webhook": webhook})
+            assert_error(refused, 422, "invalid_input")
+        batch = await client.post(
+            "/v1/tasks/batch",
+            json={
+                "tasks": [
+                    {"prompt": "ok", "webhook": public},
+                    {"prompt": "bad", "webhook": {"url": "http://10.0.0.1/h"}},
+                ]
+            },
+        )
+        error = assert_error(batch, 422, "invalid_input")
+        assert error["details"][0]["loc"] == ["body", "tasks", 1, "webhook", "url"], error
+        assert (await client.get("/v1/tasks")).json()["items"] == []
+        bad_exp = await client.post(
+            "/v1/experiments", json=experiment(webhook={"url": "http://192.168.1.1/h"})
+        )
+        error = assert_error(bad_exp, 422, "invalid_input")
+        assert error["details"][0]["loc"] == ["body", "webhook", "url"], error
+        arm_hook = experiment(arms=[{"name": "a", "task": {"webhook": public}}])
+        assert_error(await client.post("/v1/experiments", json=arm_hook), 422, "invalid_input")
+        assert (await client.get("/v1/experiments")).json()["experiments"] == []
+        allowed = await client.post("/v1/tasks", json={"prompt": "x", "webhook": public})
+        assert allowed.status_code == 202, allowed.text
+    async with serve(create_app(allowing(make_settings))) as client:
+        await submit_task(client, webhook={"url": "http://127.0.0.1:8080/hook"})
+
+
+async def test_an_experiment_with_its_own_webhook_gets_experiment_finished(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = allowing(make_settings)
+    async with receiver() as tenants, receiver() as own, serve(create_app(settings)) as client:
+        sub = await subscribe(client, tenants.url(), ["task.started"])
+        created = await client.post(
+            "/v1/experiments", json=experiment(webhook={"url": own.url(path="/exp")})
+        )
+        assert created.status_code == 202, created.text
+        exp = created.json()
+        expected = {
+            "url": own.url(path="/exp"),
+            "events": ["experiment.finished"],
+            "signed_by": sub["id"],
+        }
+        assert exp["webhook"] == expected
+        url = f"/v1/experiments/{exp['id']}"
+        assert (await client.get(url)).json()["webhook"] == expected
+        assert (await client.post(f"{url}/cancel")).status_code == 202
+        await send_until_settled(settings)
+        assert tenants.received == []
+        [body] = check_signed(own, sub["secret"])
+        assert (body["type"], body["data"]["id"], body["data"]["status"]) == (
+            "experiment.finished",
+            exp["id"],
+            "cancelled",
+        )
+        assert body["data"] == (await client.get(url)).json()
+        [log] = (await client.get(f"{url}/webhooks")).json()["deliveries"]
+        assert (log["type"], log["url"], log["status"], log["event_id"]) == (
+            "experiment.finished",
+            own.url(path="/exp"),
+            "delivered",
+            body["id"],
+        )
+        bad = await client.post(
+            "/v1/experiments",
+            json=experiment(webhook={"url": own.url(), "events": ["task.finished"]}),
+        )
+        assert_error(bad, 422, "invalid_input")

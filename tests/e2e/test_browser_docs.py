@@ -82,4 +82,5 @@ async def operation_count(base_url: str) -> int:
     """How many operations the served document has."""
     async with httpx.AsyncClient(timeout=10) as client:
         paths = (await client.get(f"{base_url}/openapi.json")).json()["paths"]
-    return sum(1 for item in paths.values() for method in item if method in {"get", "post"})
+    methods = {"get", "post", "put", "patch", "delete"}
+    return sum(1 for item in paths.values() for method in item if method in methods)

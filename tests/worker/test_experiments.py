@@ -20,6 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from app.api.app import create_app
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -27,6 +28,7 @@ from app.resources import open_resources
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services import experiment_runner
 from app.worker.pool import Worker
+from tests.api.conftest import serve
 from tests.support.experiments import progress, settled, submit
 from tests.worker.conftest import running_worker
 
@@ -244,3 +246,28 @@ async def test_a_worker_stopped_mid_run_leaves_the_experiment_to_the_next_one(
     async with sessions() as session:
         attempts = sorted(await session.scalars(select(models.Task.attempt)))
     assert attempts == [1, 1, 2, 2], "one task per item; the two handed back ran again"
+
+
+async def test_an_item_ending_starts_the_next_one_without_waiting_for_the_tick(
+    settings: Settings, scripted_llm: ScriptedLLMServer
+) -> None:
+    """One item at a time and a tick of an hour: only the wake-up of an ended attempt can
+    carry the experiment past its first item (created by the API's own first advance)."""
+    slow_tick = settings.model_copy(update={"experiment_tick_s": 3600.0, "worker_concurrency": 2})
+    model = f"exp-wake-{uuid.uuid4().hex[:8]}"
+    scripted_llm.add_script(model, Script([Turn(content="\\boxed{2}")], tools="none"))
+    rows = [
+        {"id": f"w{i}", "problem_statement": "What is 1 + 1?", "ground_truth": "2"}
+        for i in range(4)
+    ]
+    body = {
+        "name": "wake",
+        "dataset": {"rows": rows},
+        "arms": [{"name": "v", "mode": "vanilla", "task": {"llm": {"model": model}}}],
+        "scorer": {"kind": "math"},
+        "concurrency": 1,
+    }
+    async with serve(create_app(slow_tick)) as client, running_worker(slow_tick):
+        url = await submit(client, body)
+        done = await settled(client, url, "finished", timeout_s=60)
+    assert done["progress"] == {"v": progress(scored=4)}

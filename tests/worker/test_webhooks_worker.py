@@ -52,3 +52,48 @@ async def test_a_task_run_by_a_worker_sends_signed_started_and_finished(
             ("task.finished", "delivered"),
             ("task.started", "delivered"),
         ]
+
+
+async def test_a_task_with_its_own_webhook_run_by_a_worker_gets_task_finished_there(
+    settings: Settings, scripted_llm: ScriptedLLMServer
+) -> None:
+    """The task's URL gets only the events it asked for, signed with the tenant's secret;
+    the subscription's URL keeps getting what the subscription asked for."""
+    model = f"hook-{uuid.uuid4().hex[:8]}"
+    bash = Turn(tool="execute_bash", arguments={"command": "echo 42 > output/answer.txt"})
+    scripted_llm.add_script(model, Script(turns=[bash, Turn("submit")]))
+    config = settings.model_copy(
+        update={"webhook_allowed_hosts": ["127.0.0.1"], "webhook_poll_s": 0.1}
+    )
+    async with receiver() as tenants, receiver() as own, serve(create_app(config)) as client:
+        created = await client.post(
+            "/v1/webhooks", json={"url": tenants.url(), "events": ["task.started"]}
+        )
+        secret = created.json()["secret"]
+        async with running_worker(config):
+            submitted = await client.post(
+                "/v1/tasks",
+                json={
+                    "prompt": "work",
+                    "llm": {"model": model},
+                    "webhook": {"url": own.url(path="/own"), "events": ["task.finished"]},
+                },
+            )
+            assert submitted.status_code == 202, submitted.text
+            task_id = submitted.json()["id"]
+            async with asyncio.timeout(120):
+                await own.wait_for(1)
+                await tenants.wait_for(1)
+        final = (await client.get(f"/v1/tasks/{task_id}")).json()
+        assert final["status"] == "succeeded", final
+        [got] = own.received
+        assert got.path == "/own"
+        assert verify(secret, got.headers["sandhive-signature"], got.body)
+        body = json.loads(got.body)
+        assert (body["type"], body["data"]) == ("task.finished", final)
+        assert [json.loads(g.body)["type"] for g in tenants.received] == ["task.started"]
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert sorted((d["type"], d["url"], d["status"]) for d in log) == [
+            ("task.finished", own.url(path="/own"), "delivered"),
+            ("task.started", tenants.url(), "delivered"),
+        ]
