@@ -17,6 +17,9 @@
   const FOLD_CHARS = 6000; // ... or, for a few very long lines, characters
   const AT_LIVE_SLACK_PX = 48;
   const UP_KEYS = new Set(["ArrowUp", "PageUp", "Home"]);
+  const DOWN_KEYS = new Set(["ArrowDown", "PageDown", "End", " "]);
+  // How long after the reader's own downward gesture a scroll counts as theirs.
+  const GESTURE_MS = 1000;
 
   const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
@@ -133,6 +136,7 @@
       this.landed = null; // the step card we last scrolled to on request, and when
       this.landedAt = 0;
       this.userAt = 0; // the reader's last wheel, key, touch or click
+      this.downAt = -Infinity; // the reader's last gesture that scrolls down (wheel, key, swipe)
 
       $("#rail-list").replaceChildren();
       show($("#rail"), false);
@@ -150,20 +154,27 @@
       // Reading upwards is leaving the live end, even before the page has moved.
       this.onWheel = (event) => {
         this.userAt = performance.now();
+        this.downAt = event.deltaY > 0 ? this.userAt : -Infinity;
         if (event.deltaY < 0) this.unfollow();
       };
       this.onKey = (event) => {
         this.userAt = performance.now();
-        if (UP_KEYS.has(event.key) && !event.target.closest("input, textarea, select")) this.unfollow();
+        if (event.target.closest("input, textarea, select")) return;
+        this.downAt = DOWN_KEYS.has(event.key) ? this.userAt : -Infinity;
+        if (UP_KEYS.has(event.key)) this.unfollow();
       };
       this.onPointer = () => {
         this.userAt = performance.now();
+      };
+      this.onTouch = () => {
+        this.userAt = performance.now();
+        this.downAt = this.userAt; // a swipe may go either way
       };
       window.addEventListener("scroll", this.onScroll, { passive: true });
       window.addEventListener("wheel", this.onWheel, { passive: true });
       window.addEventListener("keydown", this.onKey);
       window.addEventListener("pointerdown", this.onPointer, { passive: true });
-      window.addEventListener("touchstart", this.onPointer, { passive: true });
+      window.addEventListener("touchstart", this.onTouch, { passive: true });
       this.ticker = setInterval(() => this.tick(), 200);
     }
 
@@ -172,7 +183,7 @@
       window.removeEventListener("wheel", this.onWheel);
       window.removeEventListener("keydown", this.onKey);
       window.removeEventListener("pointerdown", this.onPointer);
-      window.removeEventListener("touchstart", this.onPointer);
+      window.removeEventListener("touchstart", this.onTouch);
       clearInterval(this.ticker);
       cancelAnimationFrame(this.chartFrame);
       for (const chart of Object.values(this.charts)) chart.destroy();
@@ -374,10 +385,17 @@
       if (this.finished || (this.ownY !== null && Math.abs(y - this.ownY) < 2)) return;
       this.ownY = null;
       if (this.following && !this.atLive()) this.unfollow();
-      else if (!this.following && down && this.liveNode() && this.atLive()) {
+      else if (!this.following && down && this.readerScrolledDown() && this.liveNode() && this.atLive()) {
         this.following = true; // they scrolled back down to the live end themselves
         show($("#jump-live"), false);
       }
+    }
+
+    /** A downward scroll is the reader's only right after their own gesture: the page also
+     * moves by itself (scroll anchoring as cards above change height, a smooth scroll's
+     * frames), and those must never take a reader who left back to the live end. */
+    readerScrolledDown() {
+      return performance.now() - this.downAt < GESTURE_MS;
     }
 
     unfollow() {

@@ -136,6 +136,17 @@ def test_the_task_view_follows_the_live_step_then_puts_results_first(service: Se
             expect(page.locator("li.step[data-state='running']").last).to_be_in_viewport()
             assert scroll_y(page) > 0
 
+            # The page moving by itself (as scroll anchoring moves it) does not take a reader
+            # who left back to the live end; their own wheel down to it does.
+            page.mouse.wheel(0, -20000)
+            expect(page.locator("#jump-live")).to_be_visible()
+            page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+            page.wait_for_timeout(300)
+            expect(page.locator("#jump-live")).to_be_visible()
+            page.mouse.wheel(0, -200)
+            page.mouse.wheel(0, 20000)
+            expect(page.locator("#jump-live")).to_be_hidden()
+
             # The long-running command: followed, its output live, its elapsed time ticking.
             progress = page.locator(f"li.step[data-index='{PROGRESS_INDEX}']")
             expect(progress.locator("pre.live-output")).to_contain_text(
