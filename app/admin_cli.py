@@ -21,14 +21,17 @@ admin_cli = typer.Typer(
 
 @admin_cli.command("workers")
 def workers() -> None:
-    """Live workers (from their heartbeats): name, host, pid, busy/slots, draining."""
+    """Live workers (from their heartbeats): name, host, pid, busy/slots, draining, and the
+    catalogue images their daemon has (docs/images.md)."""
     from app.services import admin
 
     found = call(lambda res: admin.list_workers(res.redis))
-    typer.echo("worker\thost\tpid\tbusy/slots\tstate")
+    typer.echo("worker\thost\tpid\tbusy/slots\tstate\timages")
     for item in found:
         state = "draining" if item.draining else "active"
-        typer.echo(f"{item.name}\t{item.host}\t{item.pid}\t{item.busy}/{item.slots}\t{state}")
+        images = ",".join(item.images) or "-"
+        row = f"{item.name}\t{item.host}\t{item.pid}\t{item.busy}/{item.slots}\t{state}"
+        typer.echo(f"{row}\t{images}")
 
 
 @admin_cli.command("drain")

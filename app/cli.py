@@ -1,6 +1,6 @@
 """The `sandhive` command: parse arguments, build Settings, call one entry point each.
 
-serve · worker · migrate · run · demo · mcp · image build. Nothing else lives here.
+serve · worker · migrate · run · demo · mcp (`image` is app/image_cli.py). Nothing else lives here.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from app.admin_cli import admin_cli
 from app.cli_common import call, fail
 from app.config import Settings
 from app.experiment_cli import experiment_cli
+from app.image_cli import image_cli
 
 cli = typer.Typer(help="Sandhive: LLM agents in disposable Docker sandboxes.", no_args_is_help=True)
-image_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
-cli.add_typer(image_cli, name="image")
+cli.add_typer(image_cli, name="image")  # the image catalogue: app/image_cli.py (docs/images.md)
 keys_cli = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 cli.add_typer(admin_cli, name="admin")  # operations: app/admin_cli.py (docs/operations.md)
@@ -515,44 +515,6 @@ def mcp(
     if transport == "http":
         api_key = None  # never lent out: each HTTP client's bearer token is its key
     serve(Upstream(server, api_key, "stdio" if transport == "stdio" else "http"), host, port)
-
-
-@image_cli.command("build")
-def image_build(
-    offline: Annotated[
-        bool, typer.Option(help="First build the base from Debian packages (no registry).")
-    ] = False,
-    tag: Annotated[
-        str | None, typer.Option(help="Image tag (default SANDHIVE_SANDBOX_IMAGE).")
-    ] = None,
-    base_image: Annotated[str | None, typer.Option(help="Override ARG BASE_IMAGE.")] = None,
-) -> None:
-    """Build the sandbox image from Dockerfile.sandbox (quick when nothing changed)."""
-    from app.sandbox.docker import DockerHost
-    from app.sandbox.image import (
-        OFFLINE_BASE,
-        build_offline_base,
-        build_sandbox_image,
-        find_dockerfile,
-    )
-
-    if offline:
-        build_offline_base(OFFLINE_BASE)
-        base_image = base_image or OFFLINE_BASE
-    target = tag or Settings().sandbox_image
-
-    async def _build() -> None:
-        async with DockerHost() as host:
-            await build_sandbox_image(
-                host,
-                tag=target,
-                dockerfile=find_dockerfile(),
-                base_image=base_image,
-                on_log=lambda line: console.print(line, markup=False, highlight=False),
-            )
-
-    asyncio.run(_build())
-    console.print(f"built {target}")
 
 
 def _run_local(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app import defaults
+from app.egress.rules import normalize_name, normalize_pattern, outside_ceiling
 
 REDIS_BLOCK_MARGIN_S = 1.0
 """How much sooner than the Redis socket timeout a blocking read must end (its reply's trip)."""
@@ -39,6 +40,10 @@ class LLMProfile(BaseModel):
     stream: bool = True
     """Stream answers (live `llm.delta` events); false: one plain JSON answer per call, for
     servers whose stream is broken (OpenAI-compatible kind only)."""
+    session_header: bool = False
+    """Send `SANDHIVE_LLM_SESSION_HEADER` (the task id) on this profile's calls: for a
+    trainer's router behind it. A task's own `llm.base_url` always gets it; a provider
+    never does unless its profile says so (the task id is the service's, not theirs)."""
 
     scripted: bool = False
     """A scripted stand-in (the built-in `scripted` profile), not a real model."""
@@ -77,6 +82,10 @@ class Settings(BaseSettings):
     # Where things live
     database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/sandhive"
     """Postgres, the source of truth."""
+    database_pool_size: int | None = Field(default=None, ge=1, le=1000)
+    """Postgres connections each process keeps open (up to 10 more while busy); empty: the
+    worker's slots + 4, at least 5. Keep the sum over every API and worker process under
+    Postgres's `max_connections` (100 by default)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Redis: the task queue and live events."""
     redis_socket_timeout_s: float = Field(default=20.0, ge=2)
@@ -85,6 +94,11 @@ class Settings(BaseSettings):
     live-stream read `SANDHIVE_STREAM_KEEPALIVE_S`, which must be at least 1 s shorter."""
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)
     """Longest wait to open a connection to Redis."""
+    redis_max_connections: int = Field(default=4096, ge=16)
+    """Redis connections one process may hold at once. Every blocking read holds one (each
+    step waiting for its worker's answer, each live stream, each worker's queue read), so
+    this must exceed the process's concurrent requests: redis-py 8 caps it at 100 unless
+    told, which failed steps with 503 at 128 concurrent episodes."""
     auth: Literal["disabled", "keys"] = "keys"
     """`keys`: every `/v1` call needs an API key. `disabled`: every call is tenant `default`
     (local development only)."""
@@ -98,7 +112,11 @@ class Settings(BaseSettings):
     worker_name: str | None = None
     """Worker id (container label, Redis consumer); unset: `<hostname>-<pid>`."""
     sandbox_image: str = "sandhive-sandbox:latest"
-    """Image of the sandboxes, built from `Dockerfile.sandbox`."""
+    """Image of the sandboxes, built from `Dockerfile.sandbox`: the catalogue's `default`."""
+    sandbox_images_file: Path | None = None
+    """TOML file of the image catalogue: `[images.NAME]` with `reference` or `dockerfile`,
+    `description`, `defaults`/`max` resources, `pids_limit`, `tenants`, `warm_pool_size`
+    (see docs/images.md); unset: only `default`."""
     sandbox_pids_limit: int = Field(default=defaults.PIDS_LIMIT, ge=16)
     """Process cap per sandbox."""
     sandbox_workdir: str = defaults.WORKDIR
@@ -112,6 +130,13 @@ class Settings(BaseSettings):
     sandbox_exec_channel: bool = True
     """Run commands through one long-lived in-sandbox agent instead of a `docker exec` each
     (see docs/operations.md#fast-sandboxes)."""
+    sandbox_runtime: str = Field(
+        default=defaults.SANDBOX_RUNTIME, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+    )
+    """OCI runtime of the sandboxes, by the name dockerd knows it (`docker info`): `runc`,
+    or `crun` (Debian's `crun`, registered by deploy/setup-host.sh), which starts and execs
+    containers with less CPU under the same hardening (docs/performance.md). A name the
+    daemon lacks makes the worker not ready."""
     warm_pool_size: int = Field(default=0, ge=0, le=64)
     """Ready sandboxes per worker and sandbox shape (0: none, every task starts a cold
     container)."""
@@ -134,6 +159,22 @@ class Settings(BaseSettings):
     """Retries of a failed LLM call (5xx, 429, connection errors)."""
     llm_retry_backoff_s: float = Field(default=defaults.LLM_RETRY_BACKOFF_S, ge=0)
     """First backoff between those retries, doubled each retry (at most 30 s)."""
+    llm_allowed_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Comma-separated base URLs a task's (or an experiment arm's) `llm.base_url` may name:
+    a trainer's own inference servers (docs/rl.md). Exact match, trailing `/` ignored;
+    empty (the default): no task may name one (422), since a URL a tenant chose is
+    otherwise a request-forgery hole. The profile's own key is never sent there (a tenant
+    could otherwise point a provider's profile at a trainer URL and read its key):
+    `SANDHIVE_LLM_ROLLOUT_API_KEY` is, when set. The list is the operator's, for every
+    tenant: put only servers any tenant may use in it."""
+    llm_rollout_api_key: SecretStr = SecretStr("")
+    """Bearer key sent to a task's own `llm.base_url` (one of `SANDHIVE_LLM_ALLOWED_BASE_URLS`);
+    empty (the default): none is sent."""
+    llm_session_header: str = Field(default="X-Session-Id", max_length=100)
+    """HTTP header carrying the task id on the model requests of a task with its own
+    `llm.base_url` (and of profiles with `session_header = true`), so a trainer's router
+    keeps one rollout on one inference replica (vLLM router: `X-Session-ID`; SGLang's
+    gateway: `X-SMG-Routing-Key`); empty: never sent."""
 
     scripted_profile: bool = False
     """Offer the built-in, clearly labelled `scripted` LLM profile: a fixed script, not a model
@@ -226,6 +267,11 @@ class Settings(BaseSettings):
     sandbox_read_only_rootfs: bool = True
     """Read-only image filesystem; only the workdir and the scratch dirs (size-capped tmpfs)
     are writable."""
+    sandbox_reference_workdir_on_disk: bool = False
+    """`reference`-profile tasks get their workdir as a plain volume on the Docker host's disk
+    instead of a tmpfs, so `str_replace_editor view` lists a directory in the same order as
+    the package's container on that host (docs/agent.md). That workdir is NOT capped by
+    `disk_mb`: a task can fill the Docker host's disk. For trusted tenants only."""
     default_disk_mb: int = Field(default=defaults.DISK_MB, ge=16)
     """Size of /testbed (`sandbox.disk_mb`) when the task does not say."""
     max_disk_mb: int = Field(default=8192, ge=16)
@@ -249,6 +295,57 @@ class Settings(BaseSettings):
     `false`: the operator does."""
     sandbox_ca_bundle: Path | None = None
     """Extra CA bundle (host path) mounted read-only into egress sandboxes."""
+    # Egress by domain name (docs/network.md): `sandbox.allow_domains` through the proxy.
+    sandbox_egress_proxy: bool = False
+    """Egress sandboxes go out only through the filtering proxy, by domain name
+    (`sandbox.allow_domains`), instead of the CIDR-firewalled bridge above."""
+    sandbox_egress_domains: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """The ceiling: comma-separated names and `*.suffix` patterns a task's `allow_domains` must
+    stay within (422 naming them otherwise); empty: no name may be asked for."""
+    sandbox_egress_default_domains: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """`allow_domains` of an egress task that gives none (within the ceiling)."""
+    sandbox_egress_proxy_image: str | None = None
+    """Image the proxy's container runs (python3 >= 3.11 needed); unset: `sandbox_image`."""
+    sandbox_egress_proxy_container: str = Field(
+        default="sandhive-egress-proxy", pattern=r"^[A-Za-z0-9][\w.-]{0,62}$"
+    )
+    """Name of the proxy's container (one per Docker host, shared by its workers)."""
+    sandbox_egress_proxy_network: str = Field(
+        default="sandhive-egress-out", pattern=r"^[A-Za-z0-9][\w.-]{0,62}$"
+    )
+    """The proxy's own way out (made as a plain bridge when missing); never the network of
+    Postgres, Redis or the API."""
+    sandbox_egress_proxy_dir: Path = Path("/run/sandhive-egress")
+    """Host directory (same path inside a compose worker) for the proxy's code and control
+    socket; root only."""
+    sandbox_egress_proxy_subnets: str = "10.213.0.0/16"
+    """IPv4 CIDR the per-task /28 networks come from; always refused as a destination."""
+    sandbox_egress_proxy_max_connections: int = Field(default=512, ge=1)
+    """Connections one task may open through the proxy, in all."""
+    sandbox_egress_proxy_max_bytes: int = Field(default=2 * 2**30, ge=1)
+    """Bytes (both ways) one task may move through the proxy; past it its connections are cut."""
+    sandbox_egress_proxy_ports: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [80, 443]
+    )
+    """Destination ports the proxy connects to."""
+    sandbox_egress_proxy_exempt: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Private CIDRs the proxy may still reach (an internal mirror; tests' upstreams). Never
+    opens loopback, link-local, metadata or `sandbox_egress_proxy_service` addresses."""
+    sandbox_egress_proxy_service: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """CIDRs the proxy always refuses (where Postgres, Redis and the API live)."""
+    sandbox_egress_proxy_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Comma-separated `name=address` answers the proxy uses instead of DNS (tests, split
+    horizon); the address rules still apply."""
+    sandbox_egress_proxy_max_open: int = Field(default=256, ge=1)
+    """Connections one task may hold open through the proxy at once (idle ones too)."""
+    sandbox_egress_proxy_max_open_total: int = Field(default=4096, ge=16)
+    """Connections the proxy holds open at once over all tasks; its nofile limit is twice
+    this plus a margin, so no task can exhaust its file handles for the others."""
+    sandbox_egress_proxy_max_refusals: int = Field(default=1000, ge=1)
+    """Refused connections after which a task's egress is cut off (reports to the worker are
+    rate-limited well before that)."""
+    sandbox_egress_proxy_cpus: float = Field(default=1.0, gt=0, le=64)
+    """CPU limit of the proxy's container."""
     max_json_body_bytes: int = Field(default=8 * 2**20, ge=1024)
     """Cap of a JSON request body (413 as soon as crossed)."""
     max_multipart_body_bytes: int = Field(default=64 * 2**20, ge=1024)
@@ -295,7 +392,17 @@ class Settings(BaseSettings):
     """A delivery is retried this long after its event, then marked `failed`."""
 
     @field_validator(
-        "sandbox_egress_allow", "allowed_origins", "webhook_allowed_hosts", mode="before"
+        "sandbox_egress_allow",
+        "sandbox_egress_domains",
+        "sandbox_egress_default_domains",
+        "sandbox_egress_proxy_ports",
+        "sandbox_egress_proxy_exempt",
+        "sandbox_egress_proxy_service",
+        "sandbox_egress_proxy_hosts",
+        "allowed_origins",
+        "webhook_allowed_hosts",
+        "llm_allowed_base_urls",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
@@ -322,6 +429,36 @@ class Settings(BaseSettings):
             if network.prefixlen == 0:  # allowed CIDRs pass the host's INPUT rules as well
                 raise ValueError(f"{item!r} would open the host: leave the list empty instead")
         return value
+
+    @field_validator("sandbox_egress_domains", "sandbox_egress_default_domains")
+    @classmethod
+    def _domain_patterns(cls, value: list[str]) -> list[str]:
+        """Names and `*.suffix` only, normalized: IP literals and bare `*` are refused."""
+        return [normalize_pattern(item) for item in value]
+
+    @field_validator("sandbox_egress_proxy_hosts")
+    @classmethod
+    def _host_answers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            name, _, address = item.partition("=")
+            normalize_name(name)
+            ipaddress.ip_address(address.strip())
+        return value
+
+    @field_validator("sandbox_egress_proxy_subnets")
+    @classmethod
+    def _subnet_pool(cls, value: str) -> str:
+        pool = ipaddress.IPv4Network(value)
+        if pool.prefixlen > 28:
+            raise ValueError(f"{value!r} is smaller than one /28")
+        return str(pool)
+
+    @model_validator(mode="after")
+    def _default_domains_within_ceiling(self) -> Settings:
+        wider = outside_ceiling(self.sandbox_egress_default_domains, self.sandbox_egress_domains)
+        if wider:
+            raise ValueError(f"sandbox_egress_default_domains outside the ceiling: {wider}")
+        return self
 
     # Reliability: leases, reclaim, reconciliation, reaping, shutdown, backpressure
     # (docs/operations.md). A worker renews the lease of each task it runs every
@@ -350,6 +487,10 @@ class Settings(BaseSettings):
     """Queued + running tasks of one tenant beyond which its submissions are answered 429."""
     backpressure_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of those 429s."""
+    refuse_tasks_without_image_worker: bool = False
+    """Answer a task (or a batch) of an image no live worker's heartbeat lists with 503
+    `no_worker_for_image`, nothing stored; off: it is accepted and waits for such a worker
+    (`sandhive_image_workers` on /metrics shows 0; docs/images.md)."""
     max_batch_tasks: int = Field(default=100, ge=1, le=1000)
     """Tasks one `POST /v1/tasks/batch` may carry (422 above); admitted or refused together."""
     episode_slots: int = Field(default=16, ge=0, le=1024)
@@ -362,6 +503,20 @@ class Settings(BaseSettings):
     with an infrastructure error (503); above the longest command timeout."""
     episode_idle_timeout_s: float = Field(default=600.0, gt=0)
     """An episode with no request for this long is closed and its sandbox removed."""
+    task_files_max_read_bytes: int = Field(default=10 * 2**20, ge=1)
+    """Largest file `GET /v1/tasks/{id}/files/{path}` reads from a running sandbox (413 above)."""
+    task_files_max_write_bytes: int = Field(default=10 * 2**20, ge=0, le=256 * 2**20)
+    """Largest body `PUT /v1/tasks/{id}/files/{path}` writes into a running sandbox (413 above);
+    it travels through Redis to the worker holding the sandbox, so keep it modest."""
+    task_files_max_entries: int = Field(default=1000, ge=1, le=100_000)
+    """Entries one listing of a running task's directory returns (sorted by name; `truncated`)."""
+    task_files_timeout_s: float = Field(default=30.0, gt=0)
+    """How long a file request waits for the worker holding the sandbox (504 after)."""
+    task_files_max_concurrent_per_task: int = Field(default=2, ge=1)
+    """File requests one task's sandbox serves at once (each is a `python3` in it); more wait
+    their turn, and are dropped when their caller has stopped waiting."""
+    task_files_max_concurrent_per_worker: int = Field(default=8, ge=1)
+    """File requests one worker serves at once, over all its tasks' sandboxes."""
     experiment_tick_s: float = Field(default=1.0, gt=0)
     """How often a worker advances experiments: scores finished items, starts pending ones."""
     experiment_max_rows: int = Field(default=10_000, ge=1)

@@ -22,6 +22,8 @@ WARM_POOL_MAX_AGE_S = 600.0
 SANDBOX_DEADLINE_S = 4 * 3600.0
 """Lifetime of a sandbox made outside a task (tests, tools used on their own): finite all the
 same, so nothing Sandhive starts can outlive everything that could remove it."""
+SANDBOX_RUNTIME = "runc"
+"""Docker's own default OCI runtime, present on every daemon."""
 STREAM_CLIENT_BUFFER = 1000
 STREAM_KEEPALIVE_S = 15.0
 API_HEADER_TIMEOUT_S = 10.0

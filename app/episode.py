@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -21,14 +21,17 @@ import httpx
 
 from app import metrics
 from app.agent.loop import run_agent
-from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome
+from app.agent.pending_sandbox import PendingSandbox
+from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome, Sandbox
 from app.agent.vanilla import VanillaSpec, embed_documents, run_vanilla
+from app.catalogue import catalogue_or_default, warm_sizes
 from app.config import Settings
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
 from app.prompt_configs import render_prompts, stored_prompt
 from app.sandbox.docker import DockerHost, DockerSandbox
+from app.sandbox.egress_proxy import proxy_policy
 from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
@@ -36,6 +39,8 @@ from app.specs import LLMSpec, TaskSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
+SandboxHook = Callable[[DockerSandbox | None], None]
+"""Told a task's sandbox once it is ready to run, and None before it is removed."""
 T = TypeVar("T")
 FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
@@ -79,8 +84,13 @@ class Runner:
         *,
         pool: WarmPool | None = None,
         http: httpx.AsyncClient | None = None,
+        remove_in_background: bool = False,
     ) -> None:
         self.settings, self.docker, self.pool, self.http = settings, docker, pool, http
+        self._remove_in_background = remove_in_background
+        """Remove a finished episode's sandbox after `play` returns (`drain` waits for it):
+        the task's end is not held up by Docker's teardown (~0.1 s of a K=10 task)."""
+        self._removals: set[asyncio.Task[None]] = set()
         self.sandbox_caps = sandbox_caps(settings)
         self.collect_caps = CollectCaps(
             max_files=settings.artifact_max_files,
@@ -88,12 +98,25 @@ class Runner:
             max_total_bytes=settings.artifact_max_total_bytes,
         )
 
-    def model(self, llm: LLMSpec) -> HTTPChatModel:
-        """The model client for a task's LLM spec: its profile's kind, URL and key."""
-        profile = self.settings.llm_profiles().get(llm.profile)
+    def model(self, llm: LLMSpec, session: str | None = None) -> HTTPChatModel:
+        """The model client for a task's LLM spec: its profile's kind, URL and key; the
+        rollout's own (allowed) URL instead when it names one, with the rollout key (never
+        the profile's), and `session` (the task id) in the session header so a trainer's
+        router keeps the rollout on one replica."""
+        s = self.settings
+        profile = s.llm_profiles().get(llm.profile)
         if profile is None:
             raise InvalidInput(f"unknown LLM profile {llm.profile!r}")
-        s = self.settings
+        tell_session = profile.session_header
+        if llm.base_url is not None:
+            # Checked again here: the worker's allow-list is the one in force when it calls.
+            allowed = {url.rstrip("/") for url in s.llm_allowed_base_urls}
+            if llm.base_url.rstrip("/") not in allowed:
+                raise InvalidInput("llm.base_url is no longer in SANDHIVE_LLM_ALLOWED_BASE_URLS")
+            update = {"base_url": llm.base_url, "api_key": s.llm_rollout_api_key}
+            profile = profile.model_copy(update=update)
+            tell_session = True
+        header = s.llm_session_header if tell_session else ""
         return model_for_profile(
             profile,
             model=llm.model,
@@ -104,6 +127,24 @@ class Runner:
             max_retries=s.llm_max_retries,
             backoff_s=s.llm_retry_backoff_s,
             client=self.http,
+            extra_headers={header: session} if header and session else None,
+            capture=llm.capture,
+        )
+
+    def caps_for(self, image_name: str) -> SandboxCaps:
+        """The server's caps for one catalogue image: its reference (this worker's catalogue
+        says which, as it said when the worker chose to claim the task), maxima and pids
+        limit; ValueError for an image the catalogue does not have."""
+        image = catalogue_or_default(self.settings).get(image_name)
+        if image is None:
+            raise ValueError(f"sandbox image {image_name!r} is not in this server's catalogue")
+        return replace(
+            self.sandbox_caps,
+            image=image.reference,
+            max_cpus=image.max_cpus,
+            max_memory_mb=image.max_memory_mb,
+            max_disk_mb=image.max_disk_mb,
+            pids_limit=image.pids_limit,
         )
 
     def episode(
@@ -134,7 +175,7 @@ class Runner:
                 answer_all_tool_calls=tools.answer_all_tool_calls,
             ),
             sandbox=sandbox_config(
-                self.sandbox_caps,
+                self.caps_for(box.image_name),
                 labels=labels,
                 cpus=box.cpus,
                 memory_mb=box.memory_mb,
@@ -142,6 +183,9 @@ class Runner:
                 network=box.network,
                 workdir=workdir,
                 deadline_s=sandbox_deadline_s(self.settings, limits.timeout_s),
+                allow_domains=tuple(box.allow_domains),
+                workdir_on_disk=tools.profile == "reference"
+                and self.settings.sandbox_reference_workdir_on_disk,
             ),
             inputs=inputs,
             input_dir=prompt.input_dir,
@@ -161,9 +205,16 @@ class Runner:
         used_s: float = 0.0,
         model: ChatModel | None = None,
         outcome: Outcome | None = None,
+        session: str | None = None,
+        on_sandbox: SandboxHook | None = None,
     ) -> EpisodeResult:
         """Run a resolved task to its end (see `play`); never raises for model, sandbox or time
         failures, which become the outcome's finish reason.
+
+        `on_sandbox`: told the sandbox once it is ready, and None before it goes (the
+        worker's file service reaches a running task's files through it).
+
+        `session`: sent in the session header of every model call (the worker: the task id).
 
         `model`: None for the client of the spec's LLM profile (closed afterwards).
         `outcome`: the caller's record of steps and usage, filled as the loop goes, so
@@ -172,7 +223,7 @@ class Runner:
         """
         own = None
         if model is None:
-            model = own = self.model(spec.llm)
+            model = own = self.model(spec.llm, session)
         try:
             if spec.mode == "vanilla":
                 vanilla = self.vanilla(spec, problem, inputs=inputs)
@@ -180,7 +231,15 @@ class Runner:
                     vanilla, model, sink, stop=stop, used_s=used_s, outcome=outcome
                 )
             episode = self.episode(spec, problem, labels=labels, inputs=inputs)
-            return await self.play(episode, model, sink, stop=stop, used_s=used_s, outcome=outcome)
+            return await self.play(
+                episode,
+                model,
+                sink,
+                stop=stop,
+                used_s=used_s,
+                outcome=outcome,
+                on_sandbox=on_sandbox,
+            )
         finally:
             if own is not None:
                 await own.aclose()
@@ -228,8 +287,19 @@ class Runner:
         stop: asyncio.Event | None = None,
         used_s: float = 0.0,
         outcome: Outcome | None = None,
+        on_sandbox: SandboxHook | None = None,
+        synchronous_sandbox: bool = False,
     ) -> EpisodeResult:
-        """Create the sandbox, run the loop, collect the output dir, always remove the sandbox.
+        """Start the sandbox and the loop together, collect the output dir, always remove
+        the sandbox.
+
+        The loop's first model call goes out while the sandbox starts; its first tool call
+        waits for the start (`PendingSandbox`), whose failure ends the loop as a
+        `sandbox_error` (a timeout past the deadline). `synchronous_sandbox`: the sandbox
+        is ready before the loop starts and removed before this returns, even when the
+        runner removes in the background (an RL episode: its trainer is handed the first
+        turn of a sandbox that exists, and may open the next episode, within its tenant's
+        cap, as soon as this one's end is answered).
 
         The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
         the loop and the collection (which still gets `collect_grace_s` after a timeout,
@@ -240,21 +310,26 @@ class Runner:
         same shape is used when there is one (it is removed afterwards all the same).
         The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
         """
-        box: DockerSandbox | None = None
         record = outcome if outcome is not None else Outcome(FinishReason.max_steps)
         record.finish_reason = FinishReason.sandbox_error  # until the loop has run
         result = EpisodeResult(outcome=record)
         deadline = _Deadline(episode.agent.timeout_s, used_s)
+        starting = asyncio.ensure_future(self._start(episode, deadline))
+        if on_sandbox is not None:
+            starting.add_done_callback(lambda done: _tell_started(done, on_sandbox))
         try:
-            async with asyncio.timeout(deadline.left()):
-                box = await self._sandbox(episode)
+            if synchronous_sandbox:
+                await asyncio.shield(starting)
             agent = replace(episode.agent, timeout_s=deadline.left())
-            await _run_until_stopped(agent, box, model, sink, record, stop)
+            pending = PendingSandbox(starting)
+            await _run_until_stopped(agent, pending, model, sink, record, stop)
             if record.finish_reason is FinishReason.timeout:  # the limit, not what was left
                 record.error = timeout_error(episode.agent.timeout_s)
-            async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
-                collected = await box.collect(episode.output_dir, self.collect_caps)
-            result.files, result.skipped = collected.files, collected.skipped
+            box = await _started(pending, record)
+            if box is not None:
+                async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
+                    collected = await box.collect(episode.output_dir, self.collect_caps)
+                result.files, result.skipped = collected.files, collected.skipped
         except SandboxError as exc:
             record.finish_reason = FinishReason.sandbox_error
             record.error = exc.message
@@ -262,9 +337,56 @@ class Runner:
             record.finish_reason = FinishReason.timeout
             record.error = timeout_error(episode.agent.timeout_s)
         finally:
-            if box is not None:
-                await _remove_quietly(box)
+            await self._release(starting, on_sandbox, now=synchronous_sandbox)
         return result
+
+    async def _start(self, episode: Episode, deadline: _Deadline) -> DockerSandbox:
+        """The episode's sandbox, within what is left of the task's wall clock."""
+        async with asyncio.timeout(deadline.left()):
+            return await self._sandbox(episode)
+
+    async def _release(
+        self,
+        starting: asyncio.Future[DockerSandbox],
+        on_sandbox: SandboxHook | None,
+        *,
+        now: bool,
+    ) -> None:
+        """Remove the episode's sandbox once its start is over: a loop that ended early
+        (the model failed, a cancel) waits for the start rather than leave a container."""
+        if not starting.done():
+            try:
+                await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                # Cancelled while waiting: cut the start, as a cancel always did; its labels
+                # and its deadline (`AutoRemove`) see to whatever it had made.
+                starting.cancel()
+                raise
+            except Exception:
+                return  # it failed: nothing to remove
+        if starting.cancelled() or starting.exception() is not None:
+            return
+        if on_sandbox is not None:
+            on_sandbox(None)
+        await self._dispose(starting.result(), now=now)
+
+    async def _dispose(self, box: DockerSandbox, *, now: bool = False) -> None:
+        """Remove the sandbox now, or in a task `drain` waits for. Either way its labels and
+        its deadline (`AutoRemove`) keep the guarantee if this process dies first."""
+        # Bounded: past one removal per worker slot, the next waits for its own, so the
+        # live containers never run far ahead of the slots when Docker is slow.
+        backlog = len(self._removals) >= self.settings.worker_concurrency
+        if now or backlog or not self._remove_in_background:
+            await _remove_quietly(box)
+            return
+        removal = asyncio.create_task(_remove_quietly(box))
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
+
+    async def drain(self) -> None:
+        """Until every background removal has ended (the runner's owner closes after it)."""
+        while self._removals:
+            await asyncio.gather(*list(self._removals), return_exceptions=True)
 
     async def _sandbox(self, episode: Episode) -> DockerSandbox:
         """A sandbox of the episode's shape with its inputs in place: warm if the pool has one."""
@@ -289,21 +411,27 @@ async def open_runner(
     """A runner over a Docker host and one shared HTTP client for every model call, and a
     warm pool labelled `warm_labels` when `warm_pool_size` asks for one; all closed after."""
     async with (
-        DockerHost(exec_channel=settings.sandbox_exec_channel) as docker,
+        DockerHost(
+            exec_channel=settings.sandbox_exec_channel, runtime=settings.sandbox_runtime
+        ) as docker,
         shared_http_client() as http,
     ):
         pool = None
-        if warm_labels is not None and settings.warm_pool_size > 0:
+        sizes = warm_sizes(catalogue_or_default(settings))
+        if warm_labels is not None and any(sizes.values()):
             pool = WarmPool(
                 docker,
                 size=settings.warm_pool_size,
+                sizes=sizes,
                 labels=warm_labels,
                 max_age_s=settings.warm_pool_max_age_s,
                 task_deadline_s=sandbox_deadline_s(settings, settings.max_timeout_s),
             )
+        runner = Runner(settings, docker, pool=pool, http=http, remove_in_background=True)
         try:
-            yield Runner(settings, docker, pool=pool, http=http)
+            yield runner
         finally:
+            await runner.drain()
             if pool is not None:
                 await pool.close()
 
@@ -328,6 +456,7 @@ def sandbox_caps(settings: Settings) -> SandboxCaps:
             bridge=settings.sandbox_egress_bridge,
             allow=tuple(settings.sandbox_egress_allow),
             manage_firewall=settings.sandbox_egress_firewall,
+            proxy=proxy_policy(settings) if settings.sandbox_egress_proxy else None,
         )
     return SandboxCaps(
         image=settings.sandbox_image,
@@ -339,6 +468,7 @@ def sandbox_caps(settings: Settings) -> SandboxCaps:
         read_only_rootfs=settings.sandbox_read_only_rootfs,
         egress=egress,
         ca_bundle=str(settings.sandbox_ca_bundle) if settings.sandbox_ca_bundle else None,
+        runtime=settings.sandbox_runtime,
     )
 
 
@@ -356,9 +486,26 @@ class _Deadline:
         return None if self._at is None else max(self._at - time.monotonic(), at_least)
 
 
+async def _started(pending: PendingSandbox[DockerSandbox], record: Outcome) -> DockerSandbox | None:
+    """The sandbox to collect from; None when its start failed after the loop had ended for
+    a reason of its own (a cancel, the model's failure), which then stands: a cancel is
+    never reported as an infrastructure failure."""
+    try:
+        return await pending.ready()
+    except (SandboxError, TimeoutError):
+        if record.finish_reason in (FinishReason.cancelled, FinishReason.llm_error):
+            return None
+        raise
+
+
+def _tell_started(start: asyncio.Future[DockerSandbox], hook: SandboxHook) -> None:
+    if not start.cancelled() and start.exception() is None:
+        hook(start.result())
+
+
 async def _run_until_stopped(
     spec: AgentSpec,
-    box: DockerSandbox,
+    box: Sandbox,
     model: ChatModel,
     sink: EventSink,
     outcome: Outcome,

@@ -46,6 +46,18 @@ class TooLarge(AppError):
     status, code = 413, "too_large"
 
 
+class Forbidden(AppError):
+    """The target refuses the operation itself (a file the sandbox may not write)."""
+
+    status, code = 403, "forbidden"
+
+
+class InsufficientStorage(AppError):
+    """The target has no room left for what was sent (a sandbox's full disk)."""
+
+    status, code = 507, "insufficient_storage"
+
+
 class RetryLater(AppError):
     """Refused for now: the client should repeat the call after `retry_after_s` (Retry-After)."""
 
@@ -75,6 +87,19 @@ class Unavailable(RetryLater):
     """A backend the call needs is unreachable: nothing was done (nothing stored); retry."""
 
     status, code = 503, "unavailable"
+
+
+class NoWorkerForImage(Unavailable):
+    """A task of an image no live worker has: refused when the operator asks for it
+    (`SANDHIVE_REFUSE_TASKS_WITHOUT_IMAGE_WORKER`); nothing was stored."""
+
+    code = "no_worker_for_image"
+
+
+class WorkerTimeout(AppError):
+    """A live worker was asked and did not answer in time; what it was asked may still happen."""
+
+    status, code = 504, "worker_timeout"
 
 
 class DatabaseUnavailable(Unavailable):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from app.rollout_schemas import GroupOut
 from app.schemas import JsonObject, WireModel, check_text
 from app.specs import WebhookSpec
 
@@ -337,6 +338,9 @@ class ResultsOut(WireModel):
     """Per arm, in submitted order."""
     pairs: list[PairOut]
     """For every pair of arms."""
+    groups: list[GroupOut] = Field(default_factory=list)
+    """GRPO groups (RL, docs/rl.md): per row and arm, the reward mean and std over the
+    attempts and each rollout's advantage; in item order."""
 
 
 class ExperimentList(WireModel):

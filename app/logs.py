@@ -90,6 +90,9 @@ def setup(fmt: str = "text", level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # httpx logs every request at INFO: one line per model call on the hot path (and the
+    # worker's webhooks), which is what DEBUG is for.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers.clear()

@@ -91,6 +91,12 @@ SCORER_ERRORS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+EGRESS_BLOCKED = Counter(
+    "sandhive_worker_egress_blocked",
+    "Connections the egress proxy refused for this worker's sandboxes (each is also a task"
+    " event `network.blocked`).",
+    registry=REGISTRY,
+)
 for _source in ("warm", "cold"):  # every series shows from the first scrape, at 0
     SANDBOX_START_SECONDS.labels(_source)
 LIVE_EVENTS_DROPPED.labels("publish_failed")

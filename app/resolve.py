@@ -15,7 +15,10 @@ from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
-from app.config import Settings
+from app.catalogue import DEFAULT as DEFAULT_IMAGE
+from app.catalogue import Image, allowed, catalogue
+from app.config import LLMProfile, Settings
+from app.egress.rules import normalize_pattern, outside_ceiling
 from app.errors import InvalidInput, TooLarge
 from app.prompt_configs import CUSTOM, DEFAULT, is_sandbox_builtin, resolve_prompt, vanilla_prompt
 from app.schemas import (
@@ -51,13 +54,16 @@ def parse_submission(data: Mapping[str, Any]) -> TaskCreate:
         raise InvalidInput(_summary(problems), details=problems) from None
 
 
-def resolve_spec(body: TaskCreate, settings: Settings) -> TaskSpec:
-    """Fill every default and check every maximum, reporting all violations at once."""
+def resolve_spec(body: TaskCreate, settings: Settings, *, tenant: str | None = None) -> TaskSpec:
+    """Fill every default and check every maximum, reporting all violations at once.
+
+    `tenant`: whose catalogue images the task may use (None: any, as for `sandhive run`).
+    """
     problems: list[Problem] = []
     spec = TaskSpec(
         llm=_resolve_llm(body.llm, settings, problems),
         limits=_resolve_limits(body.limits, settings, problems),
-        sandbox=_resolve_sandbox(body.sandbox, settings, problems),
+        sandbox=_resolve_sandbox(body.sandbox, settings, problems, tenant),
         tools=_resolve_tools(body.tools, settings, problems),
         **_resolve_prompt(body.prompt_config, settings, problems, vanilla=body.mode == "vanilla"),
         mode=body.mode,
@@ -94,7 +100,31 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
             settings.max_max_tokens_per_call,
         ),
         extra_body=llm.extra_body,
+        base_url=_allowed_base_url(llm.base_url, settings, problems),
+        capture=_capture(llm.capture, profile, problems),
     )
+
+
+def _allowed_base_url(url: str | None, settings: Settings, problems: list[Problem]) -> str | None:
+    """A rollout's own model server, only when the operator listed it (no request forgery)."""
+    if url is None:
+        return None
+    allowed = {entry.rstrip("/") for entry in settings.llm_allowed_base_urls}
+    if url.rstrip("/") not in allowed:
+        if allowed:
+            msg = f"base_url {url!r} is not in SANDHIVE_LLM_ALLOWED_BASE_URLS"
+        else:
+            msg = "no base_url is allowed: the operator sets SANDHIVE_LLM_ALLOWED_BASE_URLS"
+        problems.append(problem(("llm", "base_url"), msg, "not_allowed"))
+    return url.rstrip("/")
+
+
+def _capture(capture: bool, profile: LLMProfile | None, problems: list[Problem]) -> bool:
+    """Token capture speaks the OpenAI-compatible wire format (vLLM, SGLang) only."""
+    if capture and profile is not None and profile.kind != "openai":
+        msg = "capture needs an OpenAI-compatible profile (vLLM, SGLang, ...)"
+        problems.append(problem(("llm", "capture"), msg, "not_available"))
+    return capture
 
 
 def _unknown_profile(name: str, available: list[str]) -> Problem:
@@ -183,33 +213,70 @@ def _resolve_limits(limits: Limits, settings: Settings, problems: list[Problem])
 
 
 def _resolve_sandbox(
-    box: SandboxRequest, settings: Settings, problems: list[Problem]
+    box: SandboxRequest, settings: Settings, problems: list[Problem], tenant: str | None
 ) -> SandboxSpec:
     if box.network == "egress" and not settings.sandbox_egress_enabled:
         problems.append(problem(("sandbox", "network"), "egress is not enabled on this server"))
-    if box.image != "default":
-        problems.append(problem(("sandbox", "image"), 'only the "default" image is available'))
+    image = _catalogue_image(box.image, settings, problems, tenant)
     return SandboxSpec(
-        image=settings.sandbox_image,
+        image=image.reference,
+        image_name=image.name,
         network=box.network,
-        cpus=_bounded(
-            problems, ("sandbox", "cpus"), box.cpus, settings.default_cpus, settings.max_cpus
-        ),
+        cpus=_bounded(problems, ("sandbox", "cpus"), box.cpus, image.default_cpus, image.max_cpus),
         memory_mb=_bounded(
             problems,
             ("sandbox", "memory_mb"),
             box.memory_mb,
-            settings.default_memory_mb,
-            settings.max_memory_mb,
+            image.default_memory_mb,
+            image.max_memory_mb,
         ),
         disk_mb=_bounded(
             problems,
             ("sandbox", "disk_mb"),
             box.disk_mb,
-            settings.default_disk_mb,
-            settings.max_disk_mb,
+            image.default_disk_mb,
+            image.max_disk_mb,
         ),
+        allow_domains=_allow_domains(box, settings, problems),
     )
+
+
+def _allow_domains(box: SandboxRequest, settings: Settings, problems: list[Problem]) -> list[str]:
+    """The names an egress-by-name sandbox may reach: the task's, within the server's ceiling,
+    or the server's default list; a problem naming what is allowed otherwise."""
+    proxied = box.network == "egress" and settings.sandbox_egress_proxy
+    if box.allow_domains is None:
+        return list(settings.sandbox_egress_default_domains) if proxied else []
+    loc = ("sandbox", "allow_domains")
+    if not proxied:
+        problems.append(problem(loc, 'needs network "egress" on a server that filters by name'))
+        return []
+    ceiling = settings.sandbox_egress_domains
+    try:
+        asked = [normalize_pattern(item) for item in box.allow_domains]
+    except ValueError as exc:
+        problems.append(problem(loc, f"{exc} (names and *.suffix only)", allowed=ceiling))
+        return []
+    if wider := outside_ceiling(asked, ceiling):
+        msg = f"not allowed on this server: {', '.join(wider)}; allowed: {', '.join(ceiling)}"
+        problems.append(problem(loc, msg, "domain_not_allowed", allowed=ceiling))
+    return asked
+
+
+def _catalogue_image(
+    name: str, settings: Settings, problems: list[Problem], tenant: str | None
+) -> Image:
+    """The named image when the tenant may use it; else a problem listing those it may (the
+    same words for an unknown and a forbidden one: no tenant learns of another's images).
+    Resolving goes on with `default`'s limits, so the other problems are still reported."""
+    images = catalogue(settings)
+    image = images.get(name)
+    if image is not None and image.allows(tenant):
+        return image
+    available = allowed(images, tenant)
+    msg = f"image {name!r} is not available; available: {', '.join(available) or 'none'}"
+    problems.append(problem(("sandbox", "image"), msg, "unknown_image", available=available))
+    return images[DEFAULT_IMAGE]
 
 
 def _default(value: N | None, default: N) -> N:

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
-from app.db.engine import Sessions, create_engine, create_sessions
+from app.db.engine import POOL_SIZE, Sessions, create_engine, create_sessions
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     Nothing connects yet (both clients connect on first use), so opening never
     fails on an unreachable server: the first call does, where it can be reported.
     """
-    engine = create_engine(settings.database_url)
+    # A worker's slots each write their steps in their own transactions, all at once.
+    pool_size = settings.database_pool_size or max(POOL_SIZE, settings.worker_concurrency + 4)
+    engine = create_engine(settings.database_url, pool_size=pool_size)
     redis = open_redis(settings)
     try:
         yield Resources(settings, engine, create_sessions(engine), redis)
@@ -45,12 +47,13 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
 def open_redis(settings: Settings) -> Redis:
     """The Redis client with its timeouts set here, never left to the library's defaults.
 
-    Those defaults changed under us (no timeout in redis-py 5, 5 s in 8.x), and a socket
-    timeout shorter than a blocking read (`Settings` keeps them apart) fails that
-    read whenever Redis has nothing to say.
+    Those defaults changed under us (no timeout in redis-py 5, 5 s in 8.x; no connection
+    cap in 5, 100 in 8.x), and a socket timeout shorter than a blocking read (`Settings`
+    keeps them apart) fails that read whenever Redis has nothing to say.
     """
     return Redis.from_url(
         settings.redis_url,
         socket_timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_connect_timeout_s,
+        max_connections=settings.redis_max_connections,
     )

@@ -141,6 +141,14 @@ class LLMOptions(_Strict):
     )
     """Extra fields for each request to the model (provider options such as `top_p`);
     never one the server sets itself (`model`, `messages`, `max_tokens`, ...)."""
+    base_url: str | None = Field(default=None, min_length=1, max_length=2000)
+    """The model server of this rollout (a trainer's own, docs/rl.md): one of the operator's
+    `SANDHIVE_LLM_ALLOWED_BASE_URLS` (anything else is a 422); the profile's key is sent.
+    Null: the profile's URL."""
+    capture: bool = False
+    """Ask for and store per step the sampled tokens' log-probabilities (`logprobs`), the
+    prompt and completion token ids where the server returns them (vLLM's and SGLang's
+    `return_token_ids`) and the exact request messages, for `GET .../export` (RL)."""
 
 
 class Limits(_Strict):
@@ -162,16 +170,23 @@ class SandboxRequest(_Strict):
     """The container the agent's commands run in."""
 
     image: str = Field(default="default", min_length=1, max_length=200)
-    """Only `default` (the server's sandbox image) is available."""
+    """A catalogue image by name (`GET /v1/images` lists those this tenant may use);
+    `default` is the server's own sandbox image."""
     network: Literal["none", "egress"] = "none"
     """`none`: no network at all; `egress`: outbound internet but never the service's own
     hosts (422 unless the server enables it)."""
     cpus: float | None = Field(default=None, gt=0, le=1024)
-    """CPU cores; null: the server's default."""
+    """CPU cores; null: the image's default (its maximum applies)."""
     memory_mb: int | None = Field(default=None, ge=64, le=MAX_INT)
-    """Memory in MiB; null: the server's default."""
+    """Memory in MiB; null: the image's default (its maximum applies)."""
     disk_mb: int | None = Field(default=None, ge=16, le=MAX_INT)
-    """Size of /testbed (RAM-backed); the server's default and maximum apply."""
+    """Size of /testbed (RAM-backed); the image's default and maximum apply."""
+    allow_domains: list[Annotated[str, Field(min_length=1, max_length=255)]] | None = Field(
+        default=None, max_length=200, examples=[["pypi.org", "*.pythonhosted.org"]]
+    )
+    """With `egress` on a server that filters by name: the names (`pypi.org`) and `*.suffix`
+    patterns the sandbox may reach through the proxy, within the server's list (422 naming
+    it otherwise); null: the server's default list (docs/network.md)."""
 
 
 class ToolsOptions(_Strict):

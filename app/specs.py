@@ -39,6 +39,10 @@ class LLMSpec(_Stored):
     """`max_tokens` of each model call."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Extra fields of each request to the model."""
+    base_url: str | None = None
+    """The rollout's own model server (an allowed one); None: the profile's."""
+    capture: bool = False
+    """Token ids, log-probabilities and request messages stored per step (RL export)."""
 
 
 class LimitsSpec(_Stored):
@@ -58,7 +62,10 @@ class SandboxSpec(_Stored):
     """The task's sandbox, resolved."""
 
     image: str
-    """The Docker image the sandbox runs."""
+    """The Docker image the sandbox runs (its catalogue image's reference at submit time)."""
+    image_name: str = "default"
+    """The catalogue image (the submission's `sandbox.image`): the queue it waits on and the
+    reference a worker runs. Tasks stored before the catalogue existed ran `default`."""
     network: Literal["none", "egress"]
     """`none` or `egress`."""
     cpus: float
@@ -67,6 +74,8 @@ class SandboxSpec(_Stored):
     """Memory in MiB."""
     disk_mb: int = 1024
     """Tasks stored before the field existed ran with 1024."""
+    allow_domains: list[str] = Field(default_factory=list)
+    """Egress by name: what the proxy lets the sandbox reach (empty: none, or not proxied)."""
 
 
 class ToolsSpec(_Stored):

@@ -234,6 +234,7 @@ def account_llm(outcome: Outcome, step: Step, completion: Completion) -> None:
     step.reasoning = completion.reasoning
     step.prompt_tokens = completion.prompt_tokens
     step.completion_tokens = completion.completion_tokens
+    step.capture = completion.capture
     outcome.usage.steps += 1
     outcome.usage.prompt_tokens += completion.prompt_tokens
     outcome.usage.completion_tokens += completion.completion_tokens

@@ -95,6 +95,8 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    capture: Mapping[str, Any] | None = None
+    """With `llm.capture`: the exact request, token ids and logprobs (`app.llm.capture`)."""
 
 
 class ChatModel(Protocol):
@@ -138,6 +140,8 @@ class Step:
     """Why the step ended before it was done (a `FinishReason`: `cancelled`, `timeout`,
     `llm_error`, `sandbox_error`); its thought and observation are then what was seen
     live so far. None for a step that ran to its end."""
+    capture: Mapping[str, Any] | None = None
+    """The model call's capture (`Completion.capture`) when the task asked for one."""
 
 
 class EventSink(Protocol):

@@ -2,8 +2,9 @@
 
 From Postgres: tasks by status, failed tasks by finish reason, the oldest
 queued task's age, lost (reclaimed) attempts, experiments and their items by
-status. From Redis: the task stream's
-length, live workers with their slots and busy slots. From this API process:
+status. From Redis: the task streams'
+length, per image what waits unread, its age and the live workers that have the image
+(`services.image_figures`), live workers with their slots and busy slots. From this API process:
 stream viewers (WebSocket and SSE clients), live feeds, and the slow viewers
 cut off with the live events they never got (`LiveHub.losses`). Per-step
 histograms (step, LLM and command latency, tokens) are the worker's own, on
@@ -21,7 +22,7 @@ from prometheus_client.registry import Collector
 from app.api.deps import Res
 from app.api.stream import get_hub
 from app.resources import Resources
-from app.services import admin
+from app.services import admin, image_figures
 from app.services.experiment_figures import experiment_figures
 from app.states import TaskStatus
 
@@ -64,6 +65,7 @@ async def _families(request: Request, res: Res) -> list[Metric]:
     dropped.add_metric(["slow_client"], losses["dropped_events"])
     return [
         *await _experiment_families(res),
+        *await _image_families(res, workers),
         dropped,
         CounterMetricFamily(
             "sandhive_stream_clients_dropped",
@@ -118,6 +120,27 @@ async def _experiment_families(res: Resources) -> list[Metric]:
     for status, count in figures.items.items():
         items.add_metric([status], count)
     return [experiments, items]
+
+
+async def _image_families(res: Resources, workers: list[admin.WorkerInfo]) -> list[Metric]:
+    """Per image: what waits, for how long, and how many live workers could run it (0 with
+    tasks waiting: they wait until a worker with the image starts; docs/images.md)."""
+    waiting = GaugeMetricFamily(
+        "sandhive_image_waiting", "Tasks waiting on an image's stream, unread.", labels=["image"]
+    )
+    oldest = GaugeMetricFamily(
+        "sandhive_image_oldest_waiting_age_seconds",
+        "Age of the oldest task waiting on an image's stream.",
+        labels=["image"],
+    )
+    having = GaugeMetricFamily(
+        "sandhive_image_workers", "Live workers whose daemon has the image.", labels=["image"]
+    )
+    for row in await image_figures.image_queues(res.redis, res.settings, workers):
+        waiting.add_metric([row.image], row.waiting)
+        oldest.add_metric([row.image], row.oldest_age_s)
+        having.add_metric([row.image], row.workers)
+    return [waiting, oldest, having]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -47,6 +47,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         json_max=settings.max_json_body_bytes,
         multipart_max=settings.max_multipart_body_bytes,
         timeout_s=settings.request_body_timeout_s,
+        files_max=settings.task_files_max_write_bytes,
     )
     if settings.allowed_origins:
         app.add_middleware(
@@ -145,12 +146,20 @@ class BodyLimit:
     """Caps each HTTP request body (multipart has its own cap) in size and in time."""
 
     def __init__(
-        self, app: ASGIApp, *, json_max: int, multipart_max: int, timeout_s: float
+        self,
+        app: ASGIApp,
+        *,
+        json_max: int,
+        multipart_max: int,
+        timeout_s: float,
+        files_max: int | None = None,
     ) -> None:
         self.app = app
         self.json_max = json_max
         self.multipart_max = multipart_max
         self.timeout_s = timeout_s
+        self.files_max = files_max
+        """Cap of a `PUT /v1/tasks/{id}/files/{path}` body (a file for a running sandbox)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -159,6 +168,8 @@ class BodyLimit:
         headers = Headers(scope=scope)
         multipart = headers.get("content-type", "").lower().startswith("multipart/")
         limit = self.multipart_max if multipart else self.json_max
+        if self.files_max is not None and _is_file_write(scope):
+            limit = self.files_max
         declared = _content_length(headers)
         if declared is not None and declared > limit:  # refuse before reading a byte
             exc: HTTPException = BodyTooLarge(limit)
@@ -179,6 +190,13 @@ class BodyLimit:
                 raise
             code = "too_large" if exc.status_code == 413 else "request_timeout"
             await send_error(send, exc.status_code, code, exc.detail, exc.headers)
+
+
+_FILE_WRITE = re.compile(r"/v1/tasks/[^/]+/files/")
+
+
+def _is_file_write(scope: Scope) -> bool:
+    return scope.get("method") == "PUT" and _FILE_WRITE.match(scope.get("path", "")) is not None
 
 
 def _content_length(headers: Headers) -> int | None:

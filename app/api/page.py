@@ -20,6 +20,7 @@ ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
     "experiments.js": "text/javascript; charset=utf-8",
     "task_view.js": "text/javascript; charset=utf-8",
+    "task_files.js": "text/javascript; charset=utf-8",
     "task_list.js": "text/javascript; charset=utf-8",
     "compare.js": "text/javascript; charset=utf-8",
     "chart.umd.min.js": "text/javascript; charset=utf-8",

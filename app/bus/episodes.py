@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT
 
 from app.bus import keys
 
@@ -44,6 +45,14 @@ class OpenRequest:
     message_id: str
     episode_id: str
     reply: str
+    image: str = "default"
+    """Its catalogue image: a worker whose daemon lacks it passes the request on (`reopen`)."""
+    deadline_ms: int | None = None
+    """When the API stops waiting for the reply (epoch ms): a request passed on between
+    workers that lack its image is dropped then, not passed on forever (`is_expired`)."""
+
+    def is_expired(self) -> bool:
+        return self.deadline_ms is not None and time.time() * 1000 >= self.deadline_ms
 
 
 async def ensure_group(redis: Redis) -> None:
@@ -54,11 +63,33 @@ async def ensure_group(redis: Redis) -> None:
             raise
 
 
-async def request_open(redis: Redis, episode_id: str) -> str:
-    """Ask any worker to open the episode; the reply key to wait on."""
+async def request_open(
+    redis: Redis, episode_id: str, image: str = "default", *, ttl_s: float | None = None
+) -> str:
+    """Ask any worker (that has the episode's `image`) to open it; the reply key to wait on.
+    `ttl_s`: how long the caller waits for the reply (the request's deadline)."""
     reply = _reply_key()
-    await redis.xadd(OPEN_STREAM, {"episode_id": episode_id, "reply": reply})
+    fields: dict[FieldT, EncodableT] = {"episode_id": episode_id, "reply": reply, "image": image}
+    if ttl_s is not None:
+        fields["deadline"] = str(int((time.time() + ttl_s) * 1000))
+    await redis.xadd(OPEN_STREAM, fields)
     return reply
+
+
+async def reopen(redis: Redis, request: OpenRequest) -> bool:
+    """Put an open request back for another worker (this one lacks its image); False, and
+    nothing put back, once its deadline passed (nobody waits for the reply any more)."""
+    if request.is_expired():
+        return False
+    fields: dict[FieldT, EncodableT] = {
+        "episode_id": request.episode_id,
+        "reply": request.reply,
+        "image": request.image,
+    }
+    if request.deadline_ms is not None:
+        fields["deadline"] = str(request.deadline_ms)
+    await redis.xadd(OPEN_STREAM, fields)
+    return True
 
 
 async def claim_open(redis: Redis, consumer: str, *, block_ms: int) -> OpenRequest | None:
@@ -77,7 +108,11 @@ async def claim_open(redis: Redis, consumer: str, *, block_ms: int) -> OpenReque
     # Acked at once: the episode row, not the message, says whether it still needs a worker.
     await redis.xack(OPEN_STREAM, OPEN_GROUP, message_id)
     await redis.xdel(OPEN_STREAM, message_id)
-    return OpenRequest(_text(message_id), _text(fields[b"episode_id"]), _text(fields[b"reply"]))
+    image = _text(fields.get(b"image", b"default"))
+    episode_id, reply = _text(fields[b"episode_id"]), _text(fields[b"reply"])
+    deadline = fields.get(b"deadline")
+    deadline_ms = int(_text(deadline)) if deadline else None
+    return OpenRequest(_text(message_id), episode_id, reply, image, deadline_ms)
 
 
 async def send(redis: Redis, worker: str, request: dict[str, Any]) -> str:
@@ -89,6 +124,27 @@ async def send(redis: Redis, worker: str, request: dict[str, Any]) -> str:
         pipe.expire(requests_of(worker), REQUESTS_TTL_S)
         await pipe.execute()
     return reply
+
+
+# KEYS: the worker's heartbeat, its request list. ARGV: the request, the list's TTL.
+# Queued only while the worker is alive: a step never reaches a worker already declared lost.
+_SEND_TO_LIVE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+async def send_to_live(redis: Redis, worker: str, request: dict[str, Any]) -> str | None:
+    """`send`, but only while `worker`'s heartbeat is alive, checked in the same round trip
+    (the step path's one Redis call before the wait); None, nothing queued, when it is gone."""
+    reply = _reply_key()
+    queued = await redis.register_script(_SEND_TO_LIVE)(
+        keys=[keys.worker_heartbeat(worker), requests_of(worker)],
+        args=[json.dumps({**request, "reply": reply}), REQUESTS_TTL_S],
+    )
+    return reply if queued else None
 
 
 async def next_request(redis: Redis, worker: str, *, timeout_s: float) -> dict[str, Any] | None:

@@ -5,10 +5,28 @@ from __future__ import annotations
 PREFIX = "sandhive"
 TASK_STREAM = f"{PREFIX}:tasks"
 WORKER_GROUP = "workers"
+IMAGE_STREAM_PREFIX = f"{PREFIX}:tasks:image:"
+"""Tasks of a catalogue image other than `default` wait on their own stream (`task_stream`)."""
+STREAM_REGISTRY = f"{PREFIX}:tasks:streams"
+"""A set of every task stream ever written (enqueue, ensure_group, a requeue): read instead
+of a keyspace SCAN by `/metrics` and reconciliation."""
 DEAD_LETTERS = f"{PREFIX}:tasks:dead"
 """Queue entries no worker can act on (malformed), kept for an operator to read."""
 RECONCILE_LOCK = f"{PREFIX}:reconcile:lock"
 """Held by the one worker reconciling Redis with Postgres right now."""
+
+
+def task_stream(image: str) -> str:
+    """The queue of the tasks of one catalogue image: `default`'s is the original stream, so
+    a deployment without a catalogue uses exactly the keys it always did."""
+    return TASK_STREAM if image == "default" else f"{IMAGE_STREAM_PREFIX}{image}"
+
+
+def image_of(stream: str) -> str:
+    """The catalogue image whose tasks wait on `stream` (`task_stream`'s inverse)."""
+    if stream.startswith(IMAGE_STREAM_PREFIX):
+        return stream[len(IMAGE_STREAM_PREFIX) :]
+    return "default"
 
 
 def live_events(task_id: str) -> str:

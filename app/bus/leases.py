@@ -34,26 +34,49 @@ pcall(redis.call, 'XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
 return 1
 """
 
-# KEYS: lease, stream. ARGV: holder, group, message id, task id to enqueue again ("" for none).
+# KEYS: lease, stream, stream to enqueue on, stream registry. ARGV: holder, group, message id,
+# task id to enqueue again ("" for none).
 # Drops the lease and acks the message unless another holder took the task over.
 _RELEASE = """
 local current = redis.call('GET', KEYS[1])
 if current and current ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-if ARGV[4] ~= '' then redis.call('XADD', KEYS[2], '*', 'task_id', ARGV[4]) end
+if ARGV[4] ~= '' then
+  redis.call('XADD', KEYS[3], '*', 'task_id', ARGV[4])
+  redis.call('SADD', KEYS[4], KEYS[3])
+end
 pcall(redis.call, 'XACK', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XDEL', KEYS[2], ARGV[3])
 return 1
 """
 
 
-def holder_of(worker: str, message_id: str) -> str:
-    return f"{worker}|{message_id}"
+def holder_of(worker: str, message_id: str, stream: str = keys.TASK_STREAM) -> str:
+    """`worker|id` for the default stream (as before images), `worker|stream|id` otherwise:
+    ids are numbered per stream, so two streams can hold the same id."""
+    if stream == keys.TASK_STREAM:
+        return f"{worker}|{message_id}"
+    return f"{worker}|{stream}|{message_id}"
+
+
+def worker_of(holder: str) -> str:
+    """The worker part of a holder value: always the first field (`worker|id` and
+    `worker|stream|id` alike; a catalogue image's stream puts a field in the middle)."""
+    return holder.partition("|")[0]
 
 
 def message_of(holder: str) -> str:
     """The message id part of a holder value."""
     return holder.rpartition("|")[2]
+
+
+def origin_of(holder: str) -> tuple[str, str]:
+    """The (stream, message id) a holder value names."""
+    rest, _, message_id = holder.rpartition("|")
+    stream = rest.rpartition("|")[2]
+    if not stream.startswith(keys.IMAGE_STREAM_PREFIX):
+        stream = keys.TASK_STREAM  # `worker|id`: the default stream's
+    return stream, message_id
 
 
 async def acquire(redis: Redis, task_id: str, holder: str, lease_ms: int) -> str | None:
@@ -66,22 +89,39 @@ async def acquire(redis: Redis, task_id: str, holder: str, lease_ms: int) -> str
 
 
 async def renew(
-    redis: Redis, task_id: str, holder: str, lease_ms: int, *, consumer: str, message_id: str
+    redis: Redis,
+    task_id: str,
+    holder: str,
+    lease_ms: int,
+    *,
+    consumer: str,
+    message_id: str,
+    stream: str = keys.TASK_STREAM,
 ) -> bool:
-    """Extend the lease and reset the message's idle time; False once another holder has it."""
+    """Extend the lease and reset the message's idle time (on its image's `stream`); False
+    once another holder has it."""
     kept = await redis.register_script(_RENEW)(
-        keys=[keys.task_lease(task_id), keys.TASK_STREAM],
+        keys=[keys.task_lease(task_id), stream],
         args=[holder, lease_ms, keys.WORKER_GROUP, consumer, message_id],
     )
     return bool(kept)
 
 
 async def release(
-    redis: Redis, task_id: str, holder: str, message_id: str, *, requeue: bool = False
+    redis: Redis,
+    task_id: str,
+    holder: str,
+    message_id: str,
+    *,
+    requeue: bool = False,
+    stream: str = keys.TASK_STREAM,
+    requeue_on: str | None = None,
 ) -> bool:
-    """Drop the lease and ack the message (enqueueing the task again first when requeue)."""
+    """Drop the lease and ack the message (enqueueing the task again first when requeue, on
+    `requeue_on`, by default the same `stream`: its image's)."""
+    target = requeue_on or stream
     done = await redis.register_script(_RELEASE)(
-        keys=[keys.task_lease(task_id), keys.TASK_STREAM],
+        keys=[keys.task_lease(task_id), stream, target, keys.STREAM_REGISTRY],
         args=[holder, keys.WORKER_GROUP, message_id, task_id if requeue else ""],
     )
     return bool(done)
@@ -105,6 +145,16 @@ async def beat(redis: Redis, worker: str, ttl_ms: int, info: Mapping[str, object
 async def alive(redis: Redis, workers: Collection[str]) -> set[str]:
     """The workers among `workers` whose heartbeat has not expired."""
     return await present(redis, workers, keys.worker_heartbeat)
+
+
+async def live_images(redis: Redis) -> set[str]:
+    """The catalogue images some live worker's heartbeat lists (its daemon has them)."""
+    found: set[str] = set()
+    async for key in redis.scan_iter(match=keys.worker_heartbeat("*"), count=500):
+        value = await redis.get(key)
+        if value is not None:
+            found.update(str(name) for name in json.loads(value).get("images", []))
+    return found
 
 
 async def forget(redis: Redis, worker: str) -> None:

@@ -111,6 +111,10 @@ class Step(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     interrupted: Mapped[str | None] = mapped_column(String(32))
     """Why the step was cut short (`schemas.StepOut.interrupted`); None when it ran to its end."""
+    capture: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
+    """With `llm.capture`: the call's new request messages, answer, token ids and logprobs,
+    stored as a delta to the step before (`app.rollout_capture`); None otherwise. Deferred:
+    trajectory reads never load it."""
 
 
 class Event(Base):

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Unpack
 
 import httpx
 
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
 from app.llm import sse
+from app.llm.capture import CAPTURE_BODY, capture_of
 from app.llm.tool_calls import parse_tool_calls
 from app.llm.transport import Failure, HTTPChatModel, ModelOptions, transport_failure
 
@@ -55,6 +57,7 @@ class OpenAIChatModel(HTTPChatModel):
         self._stream = stream
         """Stream when a caller wants deltas; turned off for good if the server refuses."""
         self._stream_usage = True
+        self._capture = options.get("capture", False)
 
     async def complete(
         self,
@@ -81,6 +84,8 @@ class OpenAIChatModel(HTTPChatModel):
             body["max_tokens"] = self._max_tokens
         if self._temperature is not None and self.accepts_temperature():
             body["temperature"] = self._temperature
+        if self._capture:
+            body.update(CAPTURE_BODY)
         body.update(self._extra_body)
         return body
 
@@ -97,11 +102,20 @@ class OpenAIChatModel(HTTPChatModel):
         response, attempt = await self._with_retries(
             lambda: self._attempt(body, on_delta), lambda failure: self._recover(body, failure)
         )
-        return self._parse(response, attempt)
+        completion = self._parse(response, attempt)
+        if not self._capture:
+            return completion
+        data = response.json()
+        captured = capture_of(data, body["messages"], body.get("tools", ()), completion.message)
+        return replace(completion, capture=captured)
 
     def _recover(self, body: dict[str, Any], failure: Failure) -> bool:
         """Fix the request after a refusal it can be fixed for; such a resend is not a retry."""
-        return self._drop_temperature(body, failure) or self._shrink_max_tokens(body, failure)
+        return (
+            self._drop_temperature(body, failure)
+            or self._shrink_max_tokens(body, failure)
+            or _drop_token_ids(body, failure)
+        )
 
     def _drop_temperature(self, body: dict[str, Any], failure: Failure) -> bool:
         """After a 400/422 naming `temperature`: resend without it, and remember the model."""
@@ -178,6 +192,15 @@ class OpenAIChatModel(HTTPChatModel):
             ) from exc
 
 
+def _drop_token_ids(body: dict[str, Any], failure: Failure) -> bool:
+    """A server that refuses `return_token_ids` (not vLLM or SGLang): logprobs only."""
+    refused = failure.status in (400, 422) and "return_token_ids" in failure.body
+    if not refused or "return_token_ids" not in body:
+        return False
+    del body["return_token_ids"]
+    return True
+
+
 def parse_completion(data: Any) -> Completion:
     """Turn a chat.completion JSON object into a `Completion`; raises on a malformed one."""
     message = data["choices"][0]["message"]
@@ -201,6 +224,11 @@ def history_message(message: dict[str, Any]) -> Message:
     # Strict OpenAI-style APIs reject an empty tool_calls array in a request.
     if kept.get("tool_calls") == []:
         del kept["tool_calls"]
+    # An answer with neither (llama.cpp streams nothing of a tool call cut off by max_tokens)
+    # is sent back as empty text: llama.cpp refuses an assistant message without content or
+    # tool_calls ("Assistant message must contain either 'content' or 'tool_calls'!").
+    if "content" not in kept and "tool_calls" not in kept:
+        kept["content"] = ""
     kept["role"] = "assistant"
     return kept
 

@@ -104,6 +104,12 @@ class ChunkAssembler:
     calls: dict[int, _CallParts] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None
+    """Capture (`app.llm.capture`): vLLM sends the prompt's ids on the first chunk."""
+    token_ids: list[int] | None = None
+    """Capture: each chunk's choice carries the ids of the tokens it adds."""
+    logprobs: list[Any] | None = None
+    """Capture: each chunk's `logprobs.content` entries, joined."""
 
     def feed(self, chunk: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Take one chunk; the ("text" | "reasoning", fragment) pairs it carried."""
@@ -114,10 +120,26 @@ class ChunkAssembler:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            self._take_capture(chunk, choice)
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 fragments.extend(self._take(delta))
         return fragments
+
+    def _take_capture(self, chunk: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
+        """Token ids and logprobs of a captured call (absent from ordinary streams)."""
+        prompt = chunk.get("prompt_token_ids") or choice.get("prompt_token_ids")
+        if isinstance(prompt, list) and self.prompt_token_ids is None:
+            self.prompt_token_ids = list(prompt)
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            self.token_ids = self.token_ids or []
+            self.token_ids.extend(ids)
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(content, list):
+            self.logprobs = self.logprobs or []
+            self.logprobs.extend(content)
 
     def _take(self, delta: Mapping[str, Any]) -> list[tuple[str, str]]:
         fragments: list[tuple[str, str]] = []
@@ -179,8 +201,20 @@ class ChunkAssembler:
                 }
                 for _, parts in sorted(self.calls.items())
             ]
-        choice = {"index": 0, "message": message, "finish_reason": self.finish_reason}
-        return {"object": "chat.completion", "choices": [choice], "usage": self.usage or {}}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": self.finish_reason,
+        }
+        if self.token_ids is not None:
+            choice["token_ids"] = self.token_ids
+        if self.logprobs is not None:
+            choice["logprobs"] = {"content": self.logprobs}
+        data: dict[str, Any] = {"object": "chat.completion", "choices": [choice]}
+        data["usage"] = self.usage or {}
+        if self.prompt_token_ids is not None:
+            data["prompt_token_ids"] = self.prompt_token_ids
+        return data
 
 
 def _text(value: Any) -> str:

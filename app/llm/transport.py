@@ -59,6 +59,10 @@ class ModelOptions(TypedDict, total=False):
     backoff_s: float
     client: httpx.AsyncClient | None
     """A shared HTTP client the model uses but does not close; None: its own."""
+    extra_headers: Mapping[str, str] | None
+    """More headers on every request (the rollout's session header)."""
+    capture: bool
+    """Ask for and return token ids and logprobs (OpenAI-compatible kind only)."""
 
 
 class HTTPChatModel:
@@ -73,7 +77,7 @@ class HTTPChatModel:
         self.url = url
         self.model = options["model"]
         self._endpoint = Endpoint(url, api_key)
-        self._headers = headers
+        self._headers = {**headers, **(options.get("extra_headers") or {})}
         self._temperature = options.get("temperature")
         self._max_tokens = options.get("max_tokens")
         self._extra_body = dict(options.get("extra_body") or {})

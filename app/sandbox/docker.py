@@ -14,6 +14,7 @@ import posixpath
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from types import TracebackType
 
 import aiodocker
@@ -28,6 +29,8 @@ from app.errors import SandboxError
 from app.sandbox import network
 from app.sandbox.capture import OutputCapture
 from app.sandbox.channel import ChannelClosed, ExecChannel
+from app.sandbox.channel_collect import collect_through_channel
+from app.sandbox.egress_proxy import ProxyGate, TaskNetwork
 from app.sandbox.files import CollectCaps, Collected, build_tar, collect_tar
 from app.sandbox.policy import MANAGED_LABEL, EgressPolicy, SandboxConfig, container_config
 
@@ -38,6 +41,7 @@ STDIN_GRACE_S = 1.0
 PING_TIMEOUT_S = 10.0
 SETUP_TIMEOUT_S = 60.0
 KILL_TIMEOUT_S = 15.0
+DEFAULT_RUNTIME = "runc"
 ARCHIVE_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 
 # `docker exec` reports the host PID, useless inside the container's PID namespace:
@@ -90,13 +94,19 @@ def docker_errors(action: str) -> Iterator[None]:
 class DockerHost:
     """One connection to a Docker daemon (DOCKER_HOST or the local socket)."""
 
-    def __init__(self, url: str | None = None, *, exec_channel: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, *, exec_channel: bool = True, runtime: str | None = None
+    ) -> None:
         self._url = url
         self.exec_channel = exec_channel
         """Run commands through one long-lived in-sandbox agent (`app.sandbox.channel`)."""
+        self.runtime = runtime
+        """The OCI runtime sandboxes are made with; `ping` checks the daemon has it."""
         self._docker: aiodocker.Docker | None = None
         self._egress_ready: set[EgressPolicy] = set()
         self._egress_lock = asyncio.Lock()
+        self.egress_gate = ProxyGate(self.api)
+        """Egress by name (`app.sandbox.egress_proxy`); set its `on_blocked` to hear refusals."""
 
     def api(self) -> aiodocker.Docker:
         """The aiodocker client, made on first use (it needs a running loop); app.sandbox only."""
@@ -105,13 +115,27 @@ class DockerHost:
                 self._docker = aiodocker.Docker(url=self._url)
             except (ValueError, DockerError) as exc:
                 raise SandboxError(f"cannot find a Docker daemon: {exc}") from exc
+            # aiohttp's connector allows 100 connections; every sandbox's exec channel holds
+            # one for its life, so a worker with ~100 sandboxes (episodes, tasks) waited
+            # for ever on its next Docker call. No cap: the sandbox counts are the cap.
+            self._docker.connector._limit = 0
         return self._docker
 
     async def ping(self) -> None:
-        """Readiness: SandboxError unless the daemon answers within a few seconds."""
+        """Readiness: SandboxError unless the daemon answers within a few seconds (and, for a
+        runtime other than Docker's default, knows it: otherwise every create would fail)."""
         with docker_errors("Docker daemon did not answer"):
             async with asyncio.timeout(PING_TIMEOUT_S):
-                await self.api().version()
+                if self.runtime in (None, DEFAULT_RUNTIME):
+                    await self.api().version()
+                    return
+                info = await self.api().system.info()
+        if self.runtime not in (info.get("Runtimes") or {}):
+            raise SandboxError(
+                f"the Docker daemon has no OCI runtime {self.runtime!r} (SANDHIVE_SANDBOX_RUNTIME);"
+                " register it in /etc/docker/daemon.json (deploy/setup-host.sh does)",
+                {"runtimes": sorted(info.get("Runtimes") or {})},
+            )
 
     async def has_image(self, name: str) -> bool:
         with docker_errors(f"inspect image {name}"):
@@ -134,21 +158,35 @@ class DockerHost:
 
     async def create_sandbox(self, config: SandboxConfig) -> DockerSandbox:
         """Create, start and set up a container; on any failure remove what was made."""
-        body = container_config(config)
+        task_net = None
         if config.egress is not None and config.network == "egress":
-            await self.ensure_egress(config.egress)
-        with docker_errors(f"create sandbox from {config.image}"):
-            container = await self.api().containers.create(
-                body, name=f"sandhive-{secrets.token_hex(6)}"
-            )
-        sandbox = DockerSandbox(self, container, config)
+            if config.egress.proxy is None:
+                await self.ensure_egress(config.egress)
+            else:  # by name: a network of its own whose only way out is the proxy
+                task_net = await self.egress_gate.open(
+                    config.egress.proxy, config.allow_domains, dict(config.labels)
+                )
+                egress = replace(config.egress, network=task_net.name)
+                config = replace(config, egress=egress, env={**task_net.env(), **config.env})
+        sandbox: DockerSandbox | None = None
         try:
+            body = container_config(config)
+            if task_net is not None:  # Docker's resolver may forward only to its own loopback
+                body["HostConfig"]["Dns"] = ["127.0.0.1"]
+            with docker_errors(f"create sandbox from {config.image}"):
+                container = await self.api().containers.create(
+                    body, name=f"sandhive-{secrets.token_hex(6)}"
+                )
+            sandbox = DockerSandbox(self, container, config, task_net)
             with docker_errors("start sandbox"):
                 await container.start()
             await sandbox.setup()
         except BaseException:
-            with suppress(SandboxError):
-                await self.remove_container(sandbox.id)
+            if sandbox is not None:
+                with suppress(SandboxError):
+                    await sandbox.remove()
+            elif task_net is not None and config.egress is not None and config.egress.proxy:
+                await self.egress_gate.close(config.egress.proxy, task_net)
             raise
         return sandbox
 
@@ -188,6 +226,7 @@ class DockerHost:
                     raise
 
     async def close(self) -> None:
+        await self.egress_gate.aclose()
         if self._docker is not None:
             await self._docker.close()
             self._docker = None
@@ -207,9 +246,16 @@ class DockerHost:
 class DockerSandbox:
     """One running container; implements `app.agent.types.Sandbox`."""
 
-    def __init__(self, host: DockerHost, container: DockerContainer, config: SandboxConfig) -> None:
+    def __init__(
+        self,
+        host: DockerHost,
+        container: DockerContainer,
+        config: SandboxConfig,
+        task_net: TaskNetwork | None = None,
+    ) -> None:
         self.id: str = container.id
         self.config = config
+        self._task_net = task_net
         self._host = host
         self._container = container
         self._channel: ExecChannel | None = None
@@ -366,6 +412,10 @@ class DockerSandbox:
         path = posixpath.normpath(src_dir)
         if not path.startswith("/") or path == "/":
             raise ValueError(f"src_dir must be an absolute path below /, got {src_dir!r}")
+        if self.uses_channel:  # no archive API round trip (dockerd re-executes itself for it)
+            through_channel = await collect_through_channel(self.exec, path, caps)
+            if through_channel is not None:
+                return through_channel
         with docker_errors(f"collect {path}"):
             try:
                 # aiodocker's get_archive buffers the whole tar; stream it ourselves instead.
@@ -392,6 +442,9 @@ class DockerSandbox:
         if self._channel is not None:
             await self._channel.close()
         await self._host.remove_container(self.id)
+        net, self._task_net = self._task_net, None
+        if net is not None and self.config.egress is not None and self.config.egress.proxy:
+            await self._host.egress_gate.close(self.config.egress.proxy, net)
 
 
 async def _pump(

@@ -1,8 +1,10 @@
-"""The sandbox image: find its Dockerfile, build it, and build an offline base for it.
+"""Sandbox images: find the Dockerfile, build it, build an offline base, and ask the daemon
+which images it has.
 
-Used by `sandhive image build` (cli) and by readiness checks. The build
-context is just the Dockerfile (it has no COPY), so building is cheap and a
-repeat build is a layer-cache hit.
+Used by `sandhive image build|list` (cli) and by the worker (which catalogue images its
+daemon has, `app.worker.images`). The default image's build context is just the
+Dockerfile (it has no COPY), so building is cheap and a repeat build is a layer-cache
+hit; a catalogue image may name a context directory of its own.
 """
 
 from __future__ import annotations
@@ -15,13 +17,19 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
+from aiodocker.exceptions import DockerError
+
 import app
+from app.catalogue import DEFAULT, Image
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, docker_errors
 
 DOCKERFILE_NAME = "Dockerfile.sandbox"
 BASE_SCRIPT = Path("deploy") / "build-base-image.sh"
 OFFLINE_BASE = "sandhive-base:bookworm"
+CONTEXT_DOCKERFILE = ".sandhive.Dockerfile"
+"""The Dockerfile's name in the build context (not to clash with a context's own file)."""
 
 
 def _repo_root() -> Path:
@@ -41,15 +49,25 @@ def find_dockerfile() -> Path:
     raise SandboxError(f"{DOCKERFILE_NAME} not found (looked in {', '.join(map(str, candidates))})")
 
 
-def _context_tar(dockerfile: Path) -> bytes:
-    """A gzipped build context holding only the Dockerfile."""
+def _context_tar(dockerfile: Path, context: Path | None = None) -> bytes:
+    """A gzipped build context: the directory `context` (if any), then the Dockerfile."""
     content = dockerfile.read_bytes()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
+        if context is not None:
+            if not context.is_dir():
+                raise SandboxError(f"build context {context} is not a directory")
+            tar.add(context, arcname=".", filter=_no_owner)
+        info = tarfile.TarInfo(CONTEXT_DOCKERFILE)
         info.size, info.mode = len(content), 0o644
         tar.addfile(info, io.BytesIO(content))
     return gzip.compress(raw.getvalue())
+
+
+def _no_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
 
 
 async def build_sandbox_image(
@@ -59,15 +77,17 @@ async def build_sandbox_image(
     dockerfile: Path,
     base_image: str | None,
     on_log: Callable[[str], None] | None = None,
+    context: Path | None = None,
 ) -> None:
-    """Build the sandbox image; SandboxError (with Docker's message) if any step fails."""
-    context = _context_tar(dockerfile)
+    """Build a sandbox image (`BASE_IMAGE` build argument: `base_image`); SandboxError (with
+    Docker's message) if any step fails."""
+    tarball = _context_tar(dockerfile, context)
     buildargs = {"BASE_IMAGE": base_image} if base_image else None
     with docker_errors(f"build {tag}"):
         chunks = host.api().images.build(
-            fileobj=io.BytesIO(context),
+            fileobj=io.BytesIO(tarball),
             encoding="gzip",
-            path_dockerfile="Dockerfile",
+            path_dockerfile=CONTEXT_DOCKERFILE,
             tag=tag,
             buildargs=buildargs,
             forcerm=True,
@@ -85,6 +105,25 @@ def _report(chunk: dict[str, object], on_log: Callable[[str], None] | None) -> N
         for line in text.splitlines():
             if line.strip():
                 on_log(line)
+
+
+async def pull_image(host: DockerHost, reference: str) -> None:
+    """Pull an image from its registry (a catalogue image given only by reference)."""
+    with docker_errors(f"pull {reference}"):
+        await host.api().images.pull(reference)
+
+
+async def has_image(host: DockerHost, reference: str) -> bool:
+    """Whether the daemon has this image now; SandboxError when it cannot say."""
+    try:
+        await host.api().images.inspect(reference)
+    except DockerError as exc:
+        if exc.status == 404:
+            return False
+        raise SandboxError(f"inspect image {reference}: {exc.message}") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise SandboxError(f"inspect image {reference}: {exc!r}") from exc
+    return True
 
 
 def find_base_script() -> Path:
@@ -105,3 +144,37 @@ def build_offline_base(tag: str = OFFLINE_BASE, *, force: bool = False) -> None:
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip()[-4000:]
         raise SandboxError(f"building the base image {tag} failed: {detail}")
+
+
+async def build_catalogue_image(
+    host: DockerHost,
+    image: Image,
+    *,
+    base_image: str | None,
+    on_log: Callable[[str], None] | None = None,
+) -> str:
+    """Make one catalogue image present on this daemon; what was done, in words.
+
+    The Dockerfile (Dockerfile.sandbox for `default`) gets `base_image` as `ARG
+    BASE_IMAGE`: for `default` a Debian base (None: the Dockerfile's own), for the
+    others the default image, so they have everything a sandbox needs. An image
+    given only by reference is pulled.
+    """
+    if image.name == DEFAULT:
+        dockerfile: Path | None = find_dockerfile()
+    else:
+        dockerfile = image.dockerfile
+    if dockerfile is None:
+        await pull_image(host, image.reference)
+        return f"pulled {image.reference}"
+    if not dockerfile.is_file():
+        raise SandboxError(f"image {image.name!r}: Dockerfile {dockerfile} not found")
+    await build_sandbox_image(
+        host,
+        tag=image.reference,
+        dockerfile=dockerfile,
+        base_image=base_image,
+        on_log=on_log,
+        context=image.context,
+    )
+    return f"built {image.reference}"

@@ -177,6 +177,11 @@ async def remove_firewall(policy: EgressPolicy) -> None:
             await _iptables("iptables", "-w", IPTABLES_WAIT_S, action, chain, check=False)
 
 
+async def run_iptables(*argv: str, stdin: str | None = None, check: bool = True) -> int:
+    """One iptables(-restore) command, waiting for the xtables lock (`app.sandbox.egress_proxy`)."""
+    return await _iptables(argv[0], "-w", IPTABLES_WAIT_S, *argv[1:], stdin=stdin, check=check)
+
+
 def _jumps(policy: EgressPolicy) -> tuple[tuple[str, str], tuple[str, str]]:
     fwd, inp = chain_names(policy.bridge)
     return ("DOCKER-USER", fwd), ("INPUT", inp)

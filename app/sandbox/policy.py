@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from app import defaults
+from app.sandbox.egress_policy import ProxyPolicy
 
 MANAGED_LABEL = "sandhive.managed"
 """Every container Sandhive starts carries this label (invariant 4: it can always be found)."""
@@ -87,6 +88,9 @@ class EgressPolicy:
     """CIDRs that may be reached; empty: any public address. Never implicit: host, private."""
     manage_firewall: bool = True
     """Install the iptables rules from this process (else the operator did)."""
+    proxy: ProxyPolicy | None = None
+    """Set: egress is by domain name, through the filtering proxy only (`network` and
+    `allow` then unused: each sandbox gets a network of its own)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class SandboxCaps:
     """None: `egress` is refused."""
     ca_bundle: str | None = None
     """Host path of an extra CA bundle for egress sandboxes (read-only bind mount)."""
+    runtime: str = defaults.SANDBOX_RUNTIME
+    """The OCI runtime dockerd starts sandboxes with (`runc`, or `crun`: same isolation)."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,16 @@ class SandboxConfig:
     ca_bundle: str | None = None
     workdir: str = defaults.WORKDIR
     env: Mapping[str, str] = field(default_factory=dict)
+    allow_domains: tuple[str, ...] = ()
+    """Names (`*.suffix` too) the egress proxy lets this sandbox reach; proxied egress only."""
     output_cap_bytes: int = 16 * 2**20
     """Per stream and per exec: beyond it only the head and tail halves are kept in memory."""
+    runtime: str = defaults.SANDBOX_RUNTIME
+    """OCI runtime name as registered with dockerd; the server's choice, never a tenant's."""
+    workdir_on_disk: bool = False
+    """The workdir as a plain volume on the Docker host's disk instead of a size-capped tmpfs:
+    a directory then lists in the host file system's order (ext4: hash order), as the
+    package's container does, where a tmpfs lists newest first. Not capped by `disk_mb`."""
     deadline_s: float = defaults.SANDBOX_DEADLINE_S
     """Seconds from its start after which the container ends and Docker removes it (and its
     workdir volume) by itself, whether or not any worker is left to do it. Fixed at creation:
@@ -162,6 +176,8 @@ def sandbox_config(
     network: str,
     workdir: str = defaults.WORKDIR,
     deadline_s: float = defaults.SANDBOX_DEADLINE_S,
+    allow_domains: tuple[str, ...] = (),
+    workdir_on_disk: bool = False,
 ) -> SandboxConfig:
     """A task's sandbox request checked against the server's caps; ValueError when it exceeds them.
 
@@ -177,6 +193,8 @@ def sandbox_config(
     if network == "egress" and caps.egress is None:
         raise ValueError("network 'egress' is not enabled on this server")
     egress = caps.egress if network == "egress" else None
+    if allow_domains and (egress is None or egress.proxy is None):
+        raise ValueError("allow_domains needs network 'egress' by domain name (the proxy)")
     return SandboxConfig(
         image=caps.image,
         labels=labels,
@@ -190,7 +208,10 @@ def sandbox_config(
         read_only_rootfs=caps.read_only_rootfs,
         ca_bundle=caps.ca_bundle if egress is not None else None,
         workdir=workdir,
+        allow_domains=allow_domains,
+        runtime=caps.runtime,
         deadline_s=deadline_s,
+        workdir_on_disk=workdir_on_disk,
     )
 
 
@@ -220,21 +241,16 @@ def container_mounts(cfg: SandboxConfig) -> list[dict[str, Any]]:
 
     A volume rather than a plain tmpfs mount because Docker's archive API (our only way
     in and out) sees volumes but not tmpfs mounts; the local driver mounts it on demand.
+    With `workdir_on_disk` the volume is the local driver's plain directory on the host.
     """
+    tmpfs = {"type": "tmpfs", "device": "tmpfs", "o": _tmpfs_options(cfg.disk_mb)}
     workdir = {
         "Type": "volume",
         "Target": cfg.workdir,
         "VolumeOptions": {
             "NoCopy": True,
             "Labels": {**cfg.labels, MANAGED_LABEL: "1"},
-            "DriverConfig": {
-                "Name": "local",
-                "Options": {
-                    "type": "tmpfs",
-                    "device": "tmpfs",
-                    "o": _tmpfs_options(cfg.disk_mb),
-                },
-            },
+            "DriverConfig": {"Name": "local", "Options": {} if cfg.workdir_on_disk else tmpfs},
         },
     }
     mounts: list[dict[str, Any]] = [workdir]
@@ -272,6 +288,7 @@ def container_config(cfg: SandboxConfig) -> dict[str, Any]:
         "AttachStderr": False,
         "HostConfig": {
             "NetworkMode": network,
+            "Runtime": cfg.runtime,
             "CapDrop": ["ALL"],
             "CapAdd": list(CAP_ADD),
             "SecurityOpt": ["no-new-privileges"],
@@ -303,5 +320,15 @@ def container_config(cfg: SandboxConfig) -> dict[str, Any]:
             # its anonymous volumes (the workdir) itself: nothing is left if no worker returns.
             "AutoRemove": True,
             "LogConfig": {"Type": "none", "Config": {}},  # PID 1 is `sleep`; nothing to keep
+            **_proxied_sysctls(cfg),
         },
     }
+
+
+def _proxied_sysctls(cfg: SandboxConfig) -> dict[str, Any]:
+    """No IPv6 at all in a sandbox whose one way out is the proxy: its network has none, and
+    a link-local fe80:: path to the host or the proxy would skirt the IPv4 rules."""
+    if cfg.network != "egress" or cfg.egress is None or cfg.egress.proxy is None:
+        return {}
+    off = {f"net.ipv6.conf.{which}.disable_ipv6": "1" for which in ("all", "default")}
+    return {"Sysctls": off}

@@ -1,7 +1,8 @@
 """The warm pool: started, set-up, never-used sandboxes waiting for a task of their shape.
 
 A worker keeps up to `size` ready sandboxes per sandbox shape (everything in a
-`SandboxConfig` but its labels), refilled one at a time in the background. A shape
+`SandboxConfig` but its labels; `sizes` sets it per image, the catalogue's
+`warm_pool_size`, 0 for none), refilled one at a time in the background. A shape
 is learnt from the first task that asks for it (or `start`), at most `max_shapes`.
 `claim` hands one out exactly once; the caller owns it from then on and removes it
 after the task (never reused). Sandboxes older than `max_age_s` or whose exec
@@ -69,12 +70,15 @@ class WarmPool:
         *,
         size: int,
         labels: Mapping[str, str],
+        sizes: Mapping[str, int] | None = None,
         max_age_s: float = defaults.WARM_POOL_MAX_AGE_S,
         task_deadline_s: float = defaults.SANDBOX_DEADLINE_S,
         max_shapes: int = 4,
     ) -> None:
         self._host = host
         self._size = size
+        self._sizes = dict(sizes or {})
+        """Per image reference (the catalogue's `warm_pool_size`); others get `size`."""
         self._labels = {**labels, POOL_LABEL: "1"}
         self._max_age_s = max_age_s
         self._deadline_s = max_age_s + task_deadline_s
@@ -87,12 +91,18 @@ class WarmPool:
     def start(self, config: SandboxConfig) -> None:
         """Keep sandboxes of this shape ready (the filler starts on first use)."""
         key = shape_of(config)
+        if self.size_of(config) == 0:
+            return  # this image keeps no warm sandboxes
         if key not in self._shapes and len(self._shapes) < self._max_shapes:
             self._shapes[key] = replace(config, labels=self._labels, deadline_s=self._deadline_s)
             self._ready[key] = []
-        if self._filler is None and self._size > 0:
+        if self._filler is None:
             self._filler = asyncio.create_task(self._fill_forever())
         self._wake.set()
+
+    def size_of(self, config: SandboxConfig) -> int:
+        """How many sandboxes of this shape to keep ready: its image's size."""
+        return self._sizes.get(config.image, self._size)
 
     def ready(self, config: SandboxConfig) -> int:
         """How many sandboxes of this shape wait now."""
@@ -101,12 +111,14 @@ class WarmPool:
     async def wait_ready(self, config: SandboxConfig, timeout_s: float = 60.0) -> None:
         """Until the pool of this shape is full (benchmarks and tests)."""
         async with asyncio.timeout(timeout_s):
-            while self.ready(config) < self._size:  # noqa: ASYNC110 - test/bench helper
+            while self.ready(config) < self.size_of(config):  # noqa: ASYNC110 - test/bench helper
                 await asyncio.sleep(0.05)
 
     def claim(self, config: SandboxConfig) -> DockerSandbox | None:
         """A fresh sandbox of this shape that lives at least `config.deadline_s` more, now,
         or None (then the shape is learnt for next time)."""
+        if config.egress is not None and config.egress.proxy is not None:
+            return None  # its network and the proxy's grant are its task's: never made ahead
         key = shape_of(config)
         self.start(config)
         waiting = self._ready.get(key, [])
@@ -153,7 +165,7 @@ class WarmPool:
             for item in [w for w in waiting if not self._usable(w)]:
                 waiting.remove(item)
                 self._discard(item)
-            while len(waiting) < self._size:
+            while len(waiting) < self.size_of(config):
                 born = time.monotonic()
                 box = await self._host.create_sandbox(config)
                 waiting.append(_Warm(box, born))

@@ -29,6 +29,7 @@ from app.scripted.script import (
     tools_problem,
 )
 from app.scripted.stream import streaming_response
+from app.scripted.tokens import add_capture
 
 
 def openai_routes(book: ScriptBook) -> list[Route]:
@@ -62,6 +63,7 @@ async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, s
         return error_response(404, f"unknown model {model!r}", "model_not_found")
     if script.fails(count):
         return failure_response(script)
+    script = script.for_session(book.session_number(model, headers.get("x-session-id")))
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
     overflow = context_overflow(script, body)
@@ -77,6 +79,9 @@ async def answer(book: ScriptBook, body: dict[str, Any], headers: Mapping[str, s
     if turn.delay_s > 0:
         await asyncio.sleep(turn.delay_s)
     completion = render_completion(model, index, turn, body)
+    sent = add_capture(completion, body)
+    if sent is not None:
+        book.record_sent(model, {**sent, "session": headers.get("x-session-id")})
     if body.get("stream") is True:
         return streaming_response(completion, body, turn.stream_delay_s)
     return JSONResponse(completion)

@@ -10,6 +10,7 @@ each other.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -57,6 +58,17 @@ class Script:
     """How that refusal reads: naming both numbers (two dialects) or neither."""
     tools: Literal["agent", "none"] = "agent"
     """What requests must offer: the three agent tools, or (a vanilla task) no tools at all."""
+    session_variants: Sequence[Sequence[Turn]] = ()
+    """The n-th distinct session (`x-session-id` header, the worker's default) seen for this
+    model plays `session_variants[n % len]` instead of `turns` (OpenAI face): rollouts of
+    one group that differ, deterministically. Empty: every session plays `turns`."""
+
+    def for_session(self, number: int | None) -> Script:
+        """This script as session number `number` plays it."""
+        if not self.session_variants or number is None:
+            return self
+        variant = self.session_variants[number % len(self.session_variants)]
+        return dataclasses.replace(self, turns=variant, session_variants=())
 
     def fails(self, count: int) -> bool:
         """Whether request number `count` (1-based) gets the scripted HTTP failure."""
@@ -76,6 +88,8 @@ class ScriptBook:
         self._last_bodies: dict[str, dict[str, Any]] = {}
         self._last_headers: dict[str, dict[str, str]] = {}
         self._arrivals: dict[str, list[float]] = {}
+        self._sent: dict[str, list[dict[str, Any]]] = {}
+        self._sessions: dict[str, dict[str, int]] = {}
 
     def add_script(self, model: str, script: Script) -> None:
         """Register or replace a script; callable from any thread while serving."""
@@ -94,6 +108,24 @@ class ScriptBook:
             self._last_bodies[model] = body
             self._last_headers[model] = dict(headers)
             return self._scripts.get(model), count
+
+    def session_number(self, model: str, session: str | None) -> int | None:
+        """0 for the first session id seen for `model`, 1 for the next, ...; None: no id."""
+        if session is None:
+            return None
+        with self._lock:
+            seen = self._sessions.setdefault(model, {})
+            return seen.setdefault(session, len(seen))
+
+    def record_sent(self, model: str, sent: dict[str, Any]) -> None:
+        """Keep the token ids and logprobs one answer carried (`app.scripted.tokens`)."""
+        with self._lock:
+            self._sent.setdefault(model, []).append(sent)
+
+    def sent(self, model: str) -> list[dict[str, Any]]:
+        """Every captured answer's ids and logprobs for this model, in order."""
+        with self._lock:
+            return list(self._sent.get(model, []))
 
     def models(self) -> list[str]:
         """The registered model names, sorted."""

@@ -72,6 +72,10 @@ class ScriptedLLMServer:
         """The JSON body of the newest chat request for this model."""
         return self.book.last_request(model)
 
+    def sent(self, model: str) -> list[dict[str, Any]]:
+        """The token ids and logprobs of every captured answer for this model, in order."""
+        return self.book.sent(model)
+
     def last_headers(self, model: str) -> dict[str, str] | None:
         """The (lower-cased) HTTP headers of the newest chat request for this model."""
         return self.book.last_headers(model)

@@ -20,6 +20,8 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
+from app.scripted.tokens import spread
+
 PIECES = 3
 """Text, reasoning and tool arguments are streamed in about this many deltas each."""
 
@@ -31,6 +33,7 @@ def streaming_response(
     options = body.get("stream_options")
     usage = isinstance(options, Mapping) and options.get("include_usage") is True
     chunks = completion_chunks(completion, include_usage=usage)
+    spread(chunks, completion)
     return StreamingResponse(_events(chunks, delay_s), media_type="text/event-stream")
 
 

@@ -22,6 +22,7 @@ from app.db.engine import Sessions
 from app.errors import NotFound
 from app.ids import utc_now
 from app.services.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
+from app.services.task_images import image_name
 from app.states import FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class WorkerInfo:
     slots: int
     busy: int
     draining: bool
+    images: tuple[str, ...] = ()
+    """The catalogue images its daemon has (it claims only their tasks)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,8 @@ async def task_figures(sessions: Sessions) -> TaskFigures:
 
 
 async def stream_length(redis: Redis) -> int:
-    """Entries in the task stream (waiting or being worked on)."""
-    return int(await redis.xlen(keys.TASK_STREAM))
+    """Entries in the task streams of every image (waiting or being worked on)."""
+    return await queue.depth(redis)
 
 
 async def list_workers(redis: Redis) -> list[WorkerInfo]:
@@ -103,6 +106,7 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
                 slots=int(info.get("slots", 0)),
                 busy=int(info.get("tasks", 0)),
                 draining=draining,
+                images=tuple(str(name) for name in info.get("images", [])),
             )
         )
     return sorted(found, key=lambda worker: worker.name)
@@ -130,10 +134,11 @@ async def requeue(sessions: Sessions, redis: Redis, task_id: str) -> str:
     the next worker runs it as a new attempt (counted as a lost one).
     """
     async with sessions.begin() as session:
-        status = (await lock_unfinished(session, task_id)).status
+        task = await lock_unfinished(session, task_id)
+        status, image = task.status, image_name(task.spec)
     if status == TaskStatus.running:
         await leases.drop(redis, task_id)
-    await queue.enqueue(redis, task_id)
+    await queue.enqueue(redis, task_id, image)
     return str(status)
 
 

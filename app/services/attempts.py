@@ -133,7 +133,13 @@ async def step_started(
 
 
 async def save_step(
-    sessions: Sessions, redis: Redis, task_id: str, step: StepOut, next_index: int | None = None
+    sessions: Sessions,
+    redis: Redis,
+    task_id: str,
+    step: StepOut,
+    next_index: int | None = None,
+    *,
+    capture: Mapping[str, Any] | None = None,
 ) -> None:
     """Store one finished step of attempt `step.attempt` and announce it.
 
@@ -151,7 +157,10 @@ async def save_step(
         row = step.model_dump(exclude={"action"})
         action = step.action.model_dump() if step.action else None
         conn = await session.connection()  # Core insert: see `record_events`
-        await conn.execute(insert(models.STEPS).values(task_id=task_id, action=action, **row))
+        kept = storable(dict(capture)) if capture is not None else None  # `llm.capture` (RL)
+        await conn.execute(
+            insert(models.STEPS).values(task_id=task_id, action=action, capture=kept, **row)
+        )
     await publish_quietly(redis, events)
 
 

@@ -30,7 +30,8 @@ from app.db.engine import Sessions
 from app.errors import AppError, IdempotencyKeyReused, InvalidInput
 from app.resolve import check_inputs, dotted, problem, resolve_spec
 from app.schemas import TaskCreate
-from app.services import backpressure, idempotency
+from app.services import backpressure, idempotency, image_admission
+from app.services.task_images import image_name
 from app.services.tasks import new_task, store_task, task_out, with_webhook
 from app.specs import TaskSpec
 
@@ -56,7 +57,7 @@ async def submit_batch(
     if len(batch.tasks) > settings.max_batch_tasks:
         msg = f"at most {settings.max_batch_tasks} tasks in one batch, got {len(batch.tasks)}"
         raise InvalidInput(f"tasks: {msg}", details=[problem(("tasks",), msg, "too_long")])
-    items = [_prepare(i, task, settings) for i, task in enumerate(batch.tasks)]
+    items = [_prepare(i, task, settings, tenant) for i, task in enumerate(batch.tasks)]
     for n, item in enumerate(items):
         with _located(item.index):
             spec = await with_webhook(sessions, settings, tenant, item.body, item.spec)
@@ -70,11 +71,11 @@ async def submit_batch(
         return await _store(sessions, redis, settings, tenant, items)
 
 
-def _prepare(index: int, task: TaskBatchItem, settings: Settings) -> _Item:
+def _prepare(index: int, task: TaskBatchItem, settings: Settings, tenant: str) -> _Item:
     fields = task.model_fields_set - {"idempotency_key"}
     body = TaskCreate(**{name: getattr(task, name) for name in fields})
     with _located(index):
-        spec = resolve_spec(body, settings)
+        spec = resolve_spec(body, settings, tenant=tenant)
         files = check_inputs(body, settings)
     key = task.idempotency_key
     submitted = idempotency.fingerprint(body, files) if key is not None else None
@@ -120,6 +121,8 @@ async def _store(
             _check_repeat(item, found[item.key])
     fresh = [item for item in items if item.key is None or item.key not in found]
     stored: dict[int, models.Task] = {}
+    images = [item.spec.sandbox.image_name for item in fresh]
+    await image_admission.check_image_workers(redis, settings, images)  # or 503, none stored
     if fresh:
         async with sessions.begin() as session:
             await backpressure.admit(session, settings, tenant, count=len(fresh))  # or 429
@@ -128,7 +131,7 @@ async def _store(
                 row.idempotency_key = item.key
                 row.idempotency_fingerprint = item.fingerprint
                 stored[item.index] = await store_task(session, row, item.files)
-    await _enqueue(redis, [row.id for row in stored.values()])
+    await _enqueue(redis, list(stored.values()))
     rows = [stored.get(item.index) or found[item.key or ""] for item in items]
     return TaskBatchOut(
         tasks=[task_out(row) for row in rows], created=[item.index in stored for item in items]
@@ -160,10 +163,11 @@ async def _by_keys(sessions: Sessions, tenant: str, keys: list[str]) -> dict[str
         return {row.idempotency_key: row for row in rows if row.idempotency_key is not None}
 
 
-async def _enqueue(redis: Redis, task_ids: list[str]) -> None:
-    for task_id in task_ids:
+async def _enqueue(redis: Redis, rows: list[models.Task]) -> None:
+    for row in rows:
+        task_id = row.id
         try:
-            await queue.enqueue(redis, task_id)
+            await queue.enqueue(redis, task_id, image_name(row.spec))
         except (RedisError, OSError) as exc:
             # Accepted all the same: the workers' reconciliation enqueues committed rows.
             log.warning("could not enqueue %s (reconciliation will): %r", task_id, exc)

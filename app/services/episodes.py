@@ -60,7 +60,7 @@ def out(row: models.EpisodeRow) -> EpisodeOut:
 def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.EpisodeRow:
     """The `opening` episode a request makes, checked (422) but not stored yet."""
     task = body.as_task()
-    spec = resolve_spec(task, settings)
+    spec = resolve_spec(task, settings, tenant=tenant)
     inputs = check_inputs(task, settings)
     if body.scorer is not None:
         try:
@@ -114,15 +114,6 @@ async def assign(sessions: Sessions, episode_id: str, worker: str) -> Opening | 
         data: dict[str, Any] = row.spec
         inputs = [(str(path), base64.b64decode(blob)) for path, blob in data["inputs"]]
         return Opening(row.id, row.prompt, read_spec(data["task"]), inputs)
-
-
-async def record_step(sessions: Sessions, episode_id: str, steps: int) -> None:
-    async with sessions.begin() as session:
-        await session.execute(
-            update(models.EpisodeRow)
-            .where(models.EpisodeRow.id == episode_id)
-            .values(steps=steps, updated_at=utc_now())
-        )
 
 
 async def end(

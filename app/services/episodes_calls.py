@@ -15,12 +15,16 @@ from redis.asyncio import Redis
 
 from app.bus import episodes as bus
 from app.bus import leases, presence
+from app.catalogue import DEFAULT as DEFAULT_IMAGE
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.episode_schemas import EpisodeCreate, EpisodeOpened, EpisodeStepOut
 from app.errors import Conflict, InvalidInput, Unavailable
+from app.services import admin
 from app.services import episodes as rows
+from app.services.episodes_holders import HOLDERS
+from app.services.task_images import image_name
 
 log = logging.getLogger(__name__)
 RETRY_S = 5
@@ -36,8 +40,16 @@ async def open_episode(
             RETRY_S,
             details={"error_kind": "infrastructure"},
         )
+    image = image_name(row.spec["task"])
+    if image != DEFAULT_IMAGE and not await _some_worker_has(redis, image):
+        raise Unavailable(
+            f"no live worker has the image {image!r} (sandhive image build {image})",
+            RETRY_S,
+            details={"error_kind": "infrastructure"},
+        )
     await rows.store(sessions, settings, row)
-    reply_key = await bus.request_open(redis, row.id)
+    ttl_s = settings.episode_open_timeout_s
+    reply_key = await bus.request_open(redis, row.id, image, ttl_s=ttl_s)
     reply = await bus.wait_reply(redis, reply_key, timeout_s=settings.episode_open_timeout_s)
     if reply is None:
         await _lost(sessions, redis, row.id, "no worker opened the episode in time")
@@ -59,6 +71,12 @@ async def open_episode(
     )
 
 
+async def _some_worker_has(redis: Redis, image: str) -> bool:
+    """Whether a live worker's heartbeat says its daemon has the image (a task would wait
+    for one; a trainer waiting on an open would only time out)."""
+    return any(image in worker.images for worker in await admin.list_workers(redis))
+
+
 async def step(
     sessions: Sessions,
     redis: Redis,
@@ -68,18 +86,24 @@ async def step(
     message: dict[str, Any],
 ) -> EpisodeStepOut:
     started = time.monotonic()
-    row = await rows.find(sessions, tenant, episode_id)
+    row = await HOLDERS.find(sessions, tenant, episode_id)  # no read while known open
     worker = _holder(row)
-    reply = await _call(
-        sessions,
-        redis,
-        row,
-        worker,
-        {"op": "step", "episode_id": row.id, "message": message},
-        settings.episode_step_timeout_s,
-    )
+    try:
+        reply = await _call(
+            sessions,
+            redis,
+            row,
+            worker,
+            {"op": "step", "episode_id": row.id, "message": message},
+            settings.episode_step_timeout_s,
+        )
+    except (Conflict, Unavailable):
+        HOLDERS.forget(episode_id)
+        raise
     if "invalid" in reply:
         raise InvalidInput(str(reply["invalid"]))
+    if "conflict" in reply or reply["done"]:
+        HOLDERS.forget(episode_id)
     if "conflict" in reply:
         raise Conflict(str(reply["conflict"]))
     return EpisodeStepOut(
@@ -96,7 +120,8 @@ async def close(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, episode_id: str
 ) -> models.EpisodeRow:
     """Close it and remove its sandbox; closing an ended episode only marks it closed."""
-    row = await rows.find(sessions, tenant, episode_id)
+    row = await rows.find(sessions, tenant, episode_id)  # 404 first: another's stays cached
+    HOLDERS.forget(episode_id)
     if row.status == "open" and row.worker is not None:
         request = {"op": "close", "episode_id": row.id}
         try:
@@ -129,9 +154,10 @@ async def _call(
     async def alive() -> bool:
         return bool(await leases.alive(redis, [worker]))
 
-    if not await alive():
+    reply_key = await bus.send_to_live(redis, worker, request)
+    if reply_key is None:
         await _lost(sessions, redis, row.id, f"its worker {worker} is gone")
-    reply_key = await bus.send(redis, worker, request)
+    assert reply_key is not None
     reply = await bus.wait_reply(redis, reply_key, timeout_s=timeout_s, alive=alive)
     if reply is None:
         if request["op"] != "close":  # it may still be alive, only stuck: free the sandbox

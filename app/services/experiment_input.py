@@ -39,12 +39,15 @@ class Checked:
     scorer: dict[str, Any]
 
 
-def check_experiment(body: ExperimentCreate, settings: Settings) -> Checked:
-    """The experiment, every row and arm checked; InvalidInput listing every problem."""
+def check_experiment(
+    body: ExperimentCreate, settings: Settings, tenant: str | None = None
+) -> Checked:
+    """The experiment, every row and arm checked; InvalidInput listing every problem.
+    `tenant`: whose catalogue images the arms may use (None: any, `--local`)."""
     problems: list[Problem] = []
     _check_sizes(body, settings, problems)
     scorer = _scorer(body.scorer, settings, problems)
-    arms = [_check_arm(i, arm, settings, problems) for i, arm in enumerate(body.arms)]
+    arms = [_check_arm(i, arm, settings, problems, tenant) for i, arm in enumerate(body.arms)]
     _unique_arm_names(body.arms, problems)
     rows = _check_rows(body.dataset.rows, scorer, settings, problems)
     rows = _slice(rows, body.start_id, body.end_id, problems)
@@ -97,7 +100,7 @@ def _unique_arm_names(arms: list[ArmCreate], problems: list[Problem]) -> None:
 
 
 def _check_arm(
-    i: int, arm: ArmCreate, settings: Settings, problems: list[Problem]
+    i: int, arm: ArmCreate, settings: Settings, problems: list[Problem], tenant: str | None
 ) -> dict[str, Any]:
     stored = {"name": arm.name, "mode": arm.mode, "task": dict(arm.task)}
     if arm.prompt_field is not None:
@@ -114,7 +117,7 @@ def _check_arm(
         return stored
     try:
         body = arm_submission(stored, PLACEHOLDER_PROMPT, {}, {})
-        resolve_spec(body, settings)
+        resolve_spec(body, settings, tenant=tenant)
         check_inputs(body, settings)  # the arm's metadata
     except ValidationError as exc:
         for e in exc.errors():

@@ -23,6 +23,7 @@ from app.experiment_schemas import ResultsOut
 from app.resolve import problem
 from app.services.experiment_scoring import grading_of
 from app.services.experiments import find_experiment
+from app.services.rollout_groups import Member, groups_of
 
 Item = models.ExperimentItem
 
@@ -47,9 +48,11 @@ async def get_results(
     arms = [arm["name"] for arm in exp.spec["arms"]]
     attempts = int(exp.spec["attempts"])
     by_arm: dict[str, list[ItemLike]] = {arm: [] for arm in arms}
+    members: list[Member] = []
     for item in items:
         graded = item if chosen == current else _archived(item, chosen)
         by_arm.setdefault(item.arm, []).append(graded)
+        members.append(Member(item.row_id, item.arm, item.attempt, graded))
     return ResultsOut(
         experiment_id=exp.id,
         status=exp.status,
@@ -60,6 +63,7 @@ async def get_results(
             for a, b in itertools.combinations(arms, 2)
             if (pair := compare(a, by_arm[a], b, by_arm[b])) is not None
         ],
+        groups=groups_of(members),
     )
 
 

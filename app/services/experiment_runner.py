@@ -35,7 +35,7 @@ from app.errors import InvalidInput, TooLarge, TooManyRequests
 from app.ids import utc_now
 from app.resolve import check_inputs, resolve_spec
 from app.scoring.types import Scorer, ScorerError, is_deferred, score_answer
-from app.services import backpressure
+from app.services import backpressure, task_images
 from app.services.experiment_events import record_experiment_events
 from app.services.experiment_input import arm_submission, item_prompt
 from app.services.experiment_scoring import item_key, json_safe, stored_scorer, wake_followers
@@ -93,9 +93,10 @@ async def advance(
             await _finish_if_done(session, exp, events)
         recorded = await record_experiment_events(session, exp.id, events)
     await wake_followers(redis, experiment_id, recorded)
+    images = await task_images.images_of(sessions, started)
     for task_id in started:
         try:
-            await queue.enqueue(redis, task_id)
+            await queue.enqueue(redis, task_id, images.get(task_id, "default"))
         except (RedisError, OSError) as exc:
             log.warning("could not enqueue %s (reconciliation will): %r", task_id, exc)
     return started
@@ -248,7 +249,7 @@ async def _start_item(
     """Create the item's task exactly as a submission does, and link it; its id."""
     metadata = {"experiment": exp.id, "row": item.row_id, "arm": item.arm, "attempt": item.attempt}
     body = arm_submission(arm, *item_prompt(arm, item.row), metadata)
-    spec = resolve_spec(body, settings)
+    spec = resolve_spec(body, settings, tenant=exp.tenant_id)
     files = check_inputs(body, settings)
     await backpressure.admit(session, settings, exp.tenant_id)
     task = await store_task(session, new_task(exp.tenant_id, body, spec), files)

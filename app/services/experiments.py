@@ -52,7 +52,7 @@ async def create_experiment(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: ExperimentCreate
 ) -> ExperimentOut:
     """Check, store and start an experiment (422 naming the row and field; nothing stored)."""
-    checked = check_experiment(body, settings)
+    checked = check_experiment(body, settings, tenant)
     own = None
     if body.webhook is not None:
         own = await webhooks.own_webhook(

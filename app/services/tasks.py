@@ -33,7 +33,7 @@ from app.schemas import (
     TrajectoryOut,
     UsageOut,
 )
-from app.services import backpressure, idempotency, webhooks
+from app.services import backpressure, idempotency, image_admission, webhooks
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.events import record_event
 from app.services.task_filters import TaskFilters
@@ -58,11 +58,13 @@ async def submit_task(
     idempotency_key: str | None,
 ) -> tuple[TaskOut, bool]:
     """Store a queued task and enqueue it; (task, created), or the first task for a repeated key."""
-    spec = await with_webhook(sessions, settings, tenant, body, resolve_spec(body, settings))
+    resolved = resolve_spec(body, settings, tenant=tenant)
+    spec = await with_webhook(sessions, settings, tenant, body, resolved)
     files = check_inputs(body, settings)
     submitted = idempotency.fingerprint(body, files) if idempotency_key is not None else None
     if idempotency_key is not None and (found := await _by_key(sessions, tenant, idempotency_key)):
         return _repeat(found, idempotency_key, submitted), False
+    await image_admission.check_image_workers(redis, settings, [spec.sandbox.image_name])
     try:
         async with sessions.begin() as session:
             await backpressure.admit(session, settings, tenant)  # 429 when over a limit
@@ -78,7 +80,7 @@ async def submit_task(
         return _repeat(found, idempotency_key, submitted), False
     # Invariant 1: the row is committed before any worker can hear of it.
     try:
-        await queue.enqueue(redis, task.id)
+        await queue.enqueue(redis, task.id, spec.sandbox.image_name)
     except (RedisError, OSError) as exc:
         # Accepted all the same: the workers' reconciliation enqueues committed rows.
         log.warning("could not enqueue %s (reconciliation will): %r", task.id, exc)

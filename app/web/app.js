@@ -715,6 +715,8 @@
       $("#cancel").onclick = () => this.cancel();
       // Follow mode, step rail, outcome card, charts: task_view.js.
       this.extras = window.Sandhive.taskView ? window.Sandhive.taskView.attach(this) : null;
+      // The running sandbox's Files panel: task_files.js.
+      this.files = window.Sandhive.taskFiles ? window.Sandhive.taskFiles.attach(this) : null;
       this.clock = setInterval(() => this.renderMeta(), 1000);
       await this.reload();
       this.connect();
@@ -726,6 +728,7 @@
       clearTimeout(this.silenceTimer);
       clearInterval(this.clock);
       if (this.extras) this.extras.stop();
+      if (this.files) this.files.stop();
       if (this.ws) this.ws.close(1000);
       for (const url of this.objectUrls) URL.revokeObjectURL(url);
     }
@@ -912,6 +915,7 @@
       const over = TERMINAL.has(status) || status === "not found";
       show($("#cancel"), !over);
       $("#cancel").disabled = over;
+      if (this.files) this.files.status(status);
     }
 
     renderFinish(data) {

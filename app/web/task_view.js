@@ -224,6 +224,15 @@
         case "task.finished":
           this.finish(data);
           break;
+        case "network.blocked": // the egress proxy refused a connection (docs/network.md)
+          $("#rail-list").append(
+            el("li", {
+              class: "rail-blocked",
+              title: data.reason || "",
+              text: `network blocked: ${data.host || "(no name)"}`,
+            }),
+          );
+          break;
         default:
           break;
       }

@@ -110,6 +110,8 @@ async def _run(
             stop=running.stop,
             used_s=started.seconds_used(utc_now()),  # timeout_s counts from the first attempt
             outcome=outcome,
+            session=started.task_id,
+            on_sandbox=running.hold,
         )
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
         return result

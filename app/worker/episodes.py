@@ -3,7 +3,8 @@ their step and close requests from this worker's own list, and reap the idle one
 
 Every request is answered exactly once, on its reply key. Requests of one episode run
 one at a time (its lock); different episodes' run side by side. The row is written
-before the answer, so what the API reads after an answer is already true.
+before the answer when the episode ends, so what the API reads after an answer is already
+true; open episodes' step counts are written after it, about once a second, all at once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from typing import Any
 
@@ -18,19 +20,30 @@ from redis.exceptions import RedisError
 
 from app.bus import episodes as bus
 from app.services import episodes as rows
+from app.services import episodes_counts
 from app.worker.context import WorkerContext
 from app.worker.episodes_live import LiveEpisode
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 200
 PAUSE_S = 1.0
+STEPS_EVERY_S = 1.0
 
 
 class EpisodeServer:
-    def __init__(self, ctx: WorkerContext, stopping: asyncio.Event) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        stopping: asyncio.Event,
+        images: Callable[[], Collection[str]] | None = None,
+    ) -> None:
         self.ctx, self.stopping = ctx, stopping
+        self.images = images
+        """The catalogue images this worker's daemon has (None: do not check)."""
         self.halted = asyncio.Event()
         self.live: dict[str, LiveEpisode] = {}
+        self.counts: dict[str, int] = {}
+        """Open episodes' step counts not written yet (`_write_counts`)."""
         self.opening = 0
 
     def halt(self) -> None:
@@ -46,6 +59,7 @@ class EpisodeServer:
                 group.create_task(self._loop("open", lambda: self._open_one(group)))
                 group.create_task(self._loop("requests", lambda: self._serve_one(group)))
                 group.create_task(self._loop("idle", self._reap_idle))
+                group.create_task(self._loop("counts", self._write_counts))
         finally:
             for episode in list(self.live.values()):
                 await self._close(episode, "closed", "worker_stopped", "infrastructure")
@@ -67,6 +81,13 @@ class EpisodeServer:
             return
         request = await bus.claim_open(self.ctx.redis, self.ctx.name, block_ms=BLOCK_MS)
         if request is None:
+            return
+        if self.images is not None and request.image not in self.images():
+            # Not here: another worker that has the image takes it (the API answers 503
+            # at once when no live worker has it, and its open timeout bounds the rest).
+            await self._pause(BLOCK_MS / 1000)
+            if not await bus.reopen(self.ctx.redis, request):
+                log.info("open request of %s expired unserved", request.episode_id)
             return
         self.opening += 1
         group.create_task(self._open(request))
@@ -119,6 +140,15 @@ class EpisodeServer:
             log.exception("episode %s: request failed", episode.id)
             reply = {"failure": f"the worker failed: {exc!r}"}
         await bus.answer(self.ctx.redis, reply_key, reply)
+        if reply.get("done") is False:
+            self.counts[episode.id] = len(episode.outcome.steps)
+
+    async def _write_counts(self) -> None:
+        """Every `STEPS_EVERY_S`, the step counts that changed, in one transaction
+        (`services.episodes_counts`: not one Postgres transaction per step)."""
+        await self._pause(STEPS_EVERY_S)
+        counts, self.counts = self.counts, {}
+        await episodes_counts.record_steps(self.ctx.sessions, counts)
 
     async def _step(self, episode: LiveEpisode, message: object) -> dict[str, Any]:
         if not isinstance(message, dict):
@@ -132,8 +162,6 @@ class EpisodeServer:
                 return {"invalid": f"not an assistant message: {exc}"}
             if reply["done"]:
                 await self._finish(episode, reply)
-            else:
-                await rows.record_step(self.ctx.sessions, episode.id, len(episode.outcome.steps))
             return reply
 
     async def _finish(self, episode: LiveEpisode, reply: dict[str, Any]) -> None:
@@ -149,11 +177,13 @@ class EpisodeServer:
             steps=len(episode.outcome.steps),
         )
         self.live.pop(episode.id, None)
+        self.counts.pop(episode.id, None)
 
     async def _close(
         self, episode: LiveEpisode, status: str, reason: str, error_kind: str | None
     ) -> None:
         self.live.pop(episode.id, None)
+        self.counts.pop(episode.id, None)
         await episode.close()
         with suppress(Exception):
             await rows.end(

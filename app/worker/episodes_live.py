@@ -94,7 +94,12 @@ class LiveEpisode:
         """Create the sandbox and run the loop up to its first model call."""
         self.run = asyncio.create_task(
             self.runner.play(
-                self.episode, self.model, _Sink(), stop=self.stop, outcome=self.outcome
+                self.episode,
+                self.model,
+                _Sink(),
+                stop=self.stop,
+                outcome=self.outcome,
+                synchronous_sandbox=True,
             )
         )
         await self._asked_or_ended()

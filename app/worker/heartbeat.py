@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from app.bus import cancel, leases
 from app.services import attempts
@@ -18,13 +18,18 @@ from app.worker.context import WorkerContext
 from app.worker.running import Running, StopReason
 
 
-async def keep_alive(ctx: WorkerContext, running: Mapping[str, Running]) -> None:
+async def keep_alive(
+    ctx: WorkerContext, running: Mapping[str, Running], images: Sequence[str] = ()
+) -> None:
+    """`images`: the catalogue images the worker's daemon has, told in the heartbeat (so
+    `GET /v1/images` can say which are available on some worker)."""
     lease_ms = int(ctx.settings.worker_lease_s * 1000)
     info = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "tasks": len(running),
         "slots": ctx.settings.worker_concurrency,
+        "images": list(images),
     }
     await leases.beat(ctx.redis, ctx.name, lease_ms, info)
     for item in list(running.values()):
@@ -35,6 +40,7 @@ async def keep_alive(ctx: WorkerContext, running: Mapping[str, Running]) -> None
             lease_ms,
             consumer=ctx.name,
             message_id=item.claim.message_id,
+            stream=item.claim.stream,
         )
         if not kept:
             item.request_stop(StopReason.lease_lost)

@@ -22,17 +22,29 @@ from redis.exceptions import RedisError
 
 from app import logs, metrics
 from app.bus import leases, queue
+from app.bus.queue import Claim
 from app.config import Settings
 from app.episode import open_runner
 from app.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.sandbox.pool import pool_labels
 from app.services import admin, experiment_runner
-from app.worker import heartbeat, reaping, scoring, taking, webhook_sender
+from app.worker import (
+    episodes_sweep,
+    heartbeat,
+    placement,
+    reaping,
+    scoring,
+    taking,
+    webhook_sender,
+)
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
+from app.worker.egress_events import BlockedRecorder
 from app.worker.episodes import EpisodeServer
+from app.worker.files import FileServer
 from app.worker.health import Readiness
+from app.worker.images import ImageInventory
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
 from app.worker.taking import Taken
@@ -66,6 +78,8 @@ class Worker:
         self.running: dict[str, Running] = {}
         self._last_reclaim = 0.0
         self._backoff = 0.0
+        self.images: ImageInventory | None = None
+        """The catalogue images its daemon has (`app.worker.images`): it claims only theirs."""
 
     def stop(self) -> None:
         """Stop claiming; running attempts get the grace period (none on a second call)."""
@@ -83,6 +97,7 @@ class Worker:
                 async with open_runner(s, warm_labels=warm_labels) as runner:
                     await runner.docker.ping()
                     ctx = WorkerContext.of(res, runner, self.name, s.instance_name())
+                    runner.docker.egress_gate.on_blocked = BlockedRecorder(res.sessions, res.redis)
                     await self._serve(ctx, burst=burst)
             finally:
                 with suppress(RedisError, OSError):
@@ -96,6 +111,9 @@ class Worker:
     async def _serve(self, ctx: WorkerContext, *, burst: bool) -> None:
         await quietly("start", self._keep_alive(ctx))  # alive before any sandbox exists
         await quietly("create the queue", queue.ensure_group(ctx.redis))
+        self.images = ImageInventory(self.settings, ctx.docker)
+        await quietly("find the images", self._check_images(ctx))
+        await quietly("end own episodes", episodes_sweep.end_own(ctx))
         reconciler = Reconciler(ctx)
         s = self.settings
         chores = Periodic()
@@ -107,7 +125,9 @@ class Worker:
         )
         chores.start(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once)
         chores.start(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running))
+        chores.start(s.worker_reap_interval_s, "episode sweep", lambda: episodes_sweep.sweep(ctx))
         chores.start(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx))
+        chores.start(s.worker_ready_check_s, "images", lambda: self._check_images(ctx))
         chores.start(
             s.experiment_tick_s,
             "experiments",
@@ -118,18 +138,21 @@ class Worker:
         chores.start(s.webhook_poll_s, "webhooks", lambda: webhook_sender.send_due(ctx.sessions, s))
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
-        episodes = EpisodeServer(ctx, self.stopping)
-        serving = asyncio.create_task(episodes.serve())
+        episodes = EpisodeServer(ctx, self.stopping, lambda: self._present_images())
+        files = FileServer(ctx, self.running, self.stopping)
+        serving = [asyncio.create_task(episodes.serve()), asyncio.create_task(files.serve())]
         try:
             await self._claim_loop(ctx, burst=burst)
         finally:
             episodes.halt()
-            await asyncio.gather(serving, return_exceptions=True)
+            files.halt()
+            await asyncio.gather(*serving, return_exceptions=True)
             await chores.stop()
         log.info("worker %s stopped", self.name)
 
     async def _keep_alive(self, ctx: WorkerContext) -> None:
-        await heartbeat.keep_alive(ctx, self.running)
+        images = self.images.present if self.images is not None else []
+        await heartbeat.keep_alive(ctx, self.running, images)
         if not self.stopping.is_set() and await admin.draining(ctx.redis, self.name):
             log.info("worker %s is drained by an operator: no new tasks", self.name)
             self.stop()
@@ -140,7 +163,8 @@ class Worker:
                 if self.busy >= self.settings.worker_concurrency:
                     await self._wait_for_slot()
                     continue
-                if self.readiness.docker_lost():  # not ready: leave tasks to other workers
+                # Not ready, or no catalogue image here: leave tasks to other workers.
+                if self.readiness.docker_lost() or not self._streams():
                     if burst and not self.busy:
                         break  # a burst worker that can run nothing is done
                     await self._wait_for_slot()
@@ -158,6 +182,21 @@ class Worker:
                 group.create_task(self._attempt(ctx, running))
             if self.stopping.is_set():
                 group.create_task(self._hand_back_after_grace())
+
+    async def _check_images(self, ctx: WorkerContext) -> None:
+        """Learn which catalogue images the daemon has; read (and create) only their queues."""
+        assert self.images is not None
+        before = self.images.streams()
+        await self.images.refresh()
+        self.readiness.record({"images": self.images.readiness()})
+        if (after := self.images.streams()) != before:  # else claims recreate a lost group
+            await queue.ensure_group(ctx.redis, after)
+
+    def _present_images(self) -> list[str]:
+        return self.images.present if self.images is not None else []
+
+    def _streams(self) -> list[str]:
+        return self.images.streams() if self.images is not None else []
 
     async def _wait_for_slot(self) -> None:
         self.slot_freed.clear()
@@ -178,6 +217,7 @@ class Worker:
                 reclaim=reclaim,
                 block_ms=CLAIM_BLOCK_MS,
                 running=self.running,
+                streams=self._streams(),
             )
         except (RedisError, OSError) as exc:
             self._backoff = min(max(self._backoff * 2, 0.2), MAX_BACKOFF_S)
@@ -201,7 +241,20 @@ class Worker:
         if self.stopping.is_set() or self.readiness.docker_lost():
             await quietly("hand back", taking.give_back(ctx.redis, taken))
             return False
-        return True
+        return await self._image_is_here(ctx, taken)
+
+    async def _image_is_here(self, ctx: WorkerContext, taken: Taken) -> bool:
+        """False after moving a task of an image this host lacks to that image's stream."""
+        try:
+            image = await placement.foreign_image(ctx.sessions, taken, self._present_images())
+        except Exception:  # Postgres away: back to the queue rather than a guess
+            log.exception("could not read the image of %s; handing it back", taken.task_id)
+            await quietly("hand back", taking.give_back(ctx.redis, taken))
+            return False
+        if image is None:
+            return True
+        await quietly("move to its image", placement.send_to_image(ctx.redis, taken, image))
+        return False
 
     async def _keep_one(self, ctx: WorkerContext, taken: Taken) -> None:
         """This worker took a task it already runs (`take` left it unleased): no second attempt.
@@ -211,11 +264,11 @@ class Worker:
         message (reconciliation queued the task again meanwhile): acked, dropped.
         """
         running = self.running.get(taken.task_id)
-        if running is not None and running.claim.message_id == taken.claim.message_id:
+        if running is not None and _origin(running.claim) == _origin(taken.claim):
             log.warning("took back its own message of %s: its lease lapsed", taken.task_id)
             return
         log.warning("took %s again while running it: a duplicate message, dropped", taken.task_id)
-        await queue.ack(ctx.redis, taken.claim.message_id)
+        await queue.ack(ctx.redis, taken.claim.message_id, taken.claim.stream)
 
     async def _attempt(self, ctx: WorkerContext, running: Running) -> None:
         logs.bind(task_id=running.task_id, worker=self.name)  # this asyncio task's lines only
@@ -246,7 +299,12 @@ class Worker:
             requeue = end in (End.hand_back, End.retry)
             claim = running.claim
             await leases.release(
-                ctx.redis, claim.task_id, running.holder, claim.message_id, requeue=requeue
+                ctx.redis,
+                claim.task_id,
+                running.holder,
+                claim.message_id,
+                requeue=requeue,
+                stream=claim.stream,
             )
 
     async def _hand_back_after_grace(self) -> None:
@@ -259,3 +317,8 @@ class Worker:
                     await self._wait_for_slot()
         for item in self.running.values():
             item.request_stop(StopReason.hand_back)
+
+
+def _origin(claim: Claim) -> tuple[str, str]:
+    """A message's identity: ids are numbered per stream, so the stream is part of it."""
+    return claim.stream, claim.message_id

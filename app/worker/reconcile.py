@@ -6,6 +6,11 @@ its data) is enqueued again. So is a running task whose lease has been missing
 for a whole lease period (its worker died and Redis lost the message too); the
 wait lets live workers re-take leases that a Redis restart dropped. Enqueueing
 twice is harmless: a worker acks a message whose task another holds or ended.
+
+A queued task whose image is no longer in the catalogue would wait forever (no worker
+reads its stream): it fails `sandbox_error`, `image_unavailable: ...`
+(`services.image_failures`). Never while the catalogue file is unreadable: a typo
+in the file must not fail every task of every other image.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import logging
 import time
 from datetime import timedelta
 
-from app.bus import leases, queue
+from app.bus import keys, leases, queue
+from app.catalogue import DEFAULT as DEFAULT_IMAGE
+from app.catalogue import CatalogueError, catalogue
 from app.ids import utc_now
-from app.services import attempts
+from app.services import attempts, image_failures, task_images
 from app.states import TaskStatus
 from app.worker.context import WorkerContext
 
@@ -39,7 +46,8 @@ class Reconciler:
         if not tasks:
             self.unleased_since.clear()
             return []
-        on_queue = await queue.queued_task_ids(ctx.redis)
+        known = self._catalogue_streams()
+        on_queue = await queue.queued_task_ids(ctx.redis, known or ())
         running = [task_id for task_id, status in tasks.items() if status == TaskStatus.running]
         leased = await leases.held(ctx.redis, running)
         lost = self._unleased_for_a_lease(set(running) - leased - on_queue)
@@ -48,11 +56,38 @@ class Reconciler:
             for task_id, status in tasks.items()
             if task_id not in on_queue and (status == TaskStatus.queued or task_id in lost)
         ]
-        for task_id in missing:
-            await queue.enqueue(ctx.redis, task_id)
+        images = await task_images.images_of(ctx.sessions, missing)
+        for task_id in missing:  # each on its image's stream (a deleted task: default's)
+            await queue.enqueue(ctx.redis, task_id, images.get(task_id, DEFAULT_IMAGE))
         if missing:
             log.warning("reconciliation enqueued %d tasks: %s", len(missing), missing[:10])
+        if known is not None:
+            await self._fail_removed_images(known)
         return missing
+
+    def _catalogue_streams(self) -> list[str] | None:
+        """The streams of the catalogue's images; None while the file cannot be read."""
+        try:
+            return queue.streams_of(catalogue(self.ctx.settings))
+        except CatalogueError as exc:
+            log.warning("reconciliation reads no catalogue: %s", exc)
+            return None
+
+    async def _fail_removed_images(self, known: list[str]) -> None:
+        """Fail the queued tasks on the streams of images the catalogue no longer has."""
+        ctx = self.ctx
+        for stream in await queue.all_streams(ctx.redis, known):
+            if stream in known:
+                continue
+            messages = await queue.messages_of(ctx.redis, stream)
+            image = keys.image_of(stream)
+            failed = set(
+                await image_failures.fail_unavailable(
+                    ctx.sessions, ctx.redis, set(messages.values()), image
+                )
+            )
+            ended = [message for message, task_id in messages.items() if task_id in failed]
+            await queue.drop(ctx.redis, stream, ended)
 
     def _unleased_for_a_lease(self, unleased: set[str]) -> set[str]:
         """Of these running tasks without a lease, those seen so for a whole lease period."""

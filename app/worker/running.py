@@ -8,8 +8,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from app.bus.queue import Claim
+
+if TYPE_CHECKING:
+    from app.sandbox.docker import DockerSandbox
 
 
 class StopReason(StrEnum):
@@ -43,10 +47,16 @@ class Running:
     attempt: int | None = None
     reason: StopReason | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    sandbox: DockerSandbox | None = None
+    """The attempt's sandbox while it runs (`hold`): what the file service reaches."""
 
     @property
     def task_id(self) -> str:
         return self.claim.task_id
+
+    def hold(self, sandbox: DockerSandbox | None) -> None:
+        """The episode's hook: its sandbox is ready (or None: about to be removed)."""
+        self.sandbox = sandbox
 
     def request_stop(self, reason: StopReason) -> None:
         """The first reason wins: a cancel stays a cancel even if shutdown follows."""

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import metrics
 from app.agent.types import Step
+from app.rollout_capture import Compactor
 from app.schemas import ActionOut, EventOut, StepOut
 from app.services import attempts, events
 
@@ -47,6 +48,8 @@ class TaskSink:
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._failed: Exception | None = None
+        self._captures = Compactor()
+        """Token capture (`llm.capture`): each step stored as the delta to the one before."""
 
     async def step_started(self, index: int) -> None:
         task_id, attempt = self.task_id, self.attempt
@@ -57,8 +60,11 @@ class TaskSink:
     async def step_completed(self, step: Step, next_index: int | None = None) -> None:
         # One transaction: this step's row, its step.completed and the next step.started.
         out = stored_step(step, self.attempt)
+        capture = None if step.capture is None else self._captures.compact(step.capture)
         await self._durable(
-            lambda: attempts.save_step(self.sessions, self.redis, self.task_id, out, next_index)
+            lambda: attempts.save_step(
+                self.sessions, self.redis, self.task_id, out, next_index, capture=capture
+            )
         )
         metrics.observe_step(step.llm_ms, step.tool_ms, step.prompt_tokens, step.completion_tokens)
 

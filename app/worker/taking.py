@@ -10,12 +10,12 @@ reclaims the message and starts attempt 1.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from app.bus import leases, queue
+from app.bus import keys, leases, queue
 from app.bus.queue import Claim
 
 
@@ -46,25 +46,27 @@ async def take(
     reclaim: bool,
     block_ms: int,
     running: Container[str] = frozenset(),
+    streams: Sequence[str] = (keys.TASK_STREAM,),
 ) -> Taken | None:
     """The next task to run, leased; None when there is none within block_ms.
 
     With `reclaim`, a dead worker's message (idle for a whole lease) comes
     first. A message whose task another holder leases is skipped: acked when it
     is a duplicate (the holder runs the task from its own message), left alone
-    when it is the holder's own (it renews it and acks it when done). A task in
+    when it is the holder's own (it renews it and acks it when done). Only `streams` are
+    read: those of the images this worker's daemon has (`app.bus.queue`). A task in
     `running` (this worker's own) is returned unleased, `already_running`: taking
     its lease here, even for a moment, would make the running attempt's next
     renewal see another holder and stop.
     """
     if reclaim:
-        claim = await queue.reclaim(redis, worker, min_idle_ms=lease_ms)
+        claim = await queue.reclaim(redis, worker, min_idle_ms=lease_ms, streams=streams)
         if claim is not None:
             taken = await _lease(redis, worker, claim, lease_ms, running, reclaimed=True)
             if taken is not None:
                 return taken
     while True:  # skip duplicates without a pause: a queue full of them must not stall us
-        claim = await queue.claim(redis, worker, block_ms=block_ms)
+        claim = await queue.claim(redis, worker, block_ms=block_ms, streams=streams)
         if claim is None:
             return None
         taken = await _lease(redis, worker, claim, lease_ms, running)
@@ -81,17 +83,21 @@ async def _lease(
     *,
     reclaimed: bool = False,
 ) -> Taken | None:
-    holder = leases.holder_of(worker, claim.message_id)
+    holder = leases.holder_of(worker, claim.message_id, claim.stream)
     if claim.task_id in running:
         return Taken(claim, holder, reclaimed, already_running=True)
     current = await leases.acquire(redis, claim.task_id, holder, lease_ms)
     if current is None:
         return Taken(claim, holder, reclaimed)
-    if leases.message_of(current) != claim.message_id:
-        await queue.ack(redis, claim.message_id)  # a duplicate: the holder has its own
+    if leases.origin_of(current) != (claim.stream, claim.message_id):
+        # A duplicate: the holder has its own (ids are per stream, so both are compared).
+        await queue.ack(redis, claim.message_id, claim.stream)
     return None
 
 
 async def give_back(redis: Redis, taken: Taken) -> None:
     """Return a task taken but not started: a fresh message on the queue, lease dropped."""
-    await leases.release(redis, taken.task_id, taken.holder, taken.claim.message_id, requeue=True)
+    claim = taken.claim
+    await leases.release(
+        redis, taken.task_id, taken.holder, claim.message_id, requeue=True, stream=claim.stream
+    )

@@ -65,6 +65,8 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
         "temperature": api_settings.default_temperature,
         "max_tokens_per_call": api_settings.default_max_tokens_per_call,
         "extra_body": {},
+        "base_url": None,
+        "capture": False,
     }
     assert task["limits"] == {
         "max_steps": api_settings.default_max_steps,
@@ -74,10 +76,12 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
     }
     assert task["sandbox"] == {
         "image": api_settings.sandbox_image,
+        "image_name": "default",
         "network": "none",
         "cpus": api_settings.default_cpus,
         "memory_mb": api_settings.default_memory_mb,
         "disk_mb": api_settings.default_disk_mb,
+        "allow_domains": [],
     }
     assert task["tools"] == {"profile": "standard", "answer_all_tool_calls": True, "shell": "fresh"}
     assert task["prompt_config"] == "general"

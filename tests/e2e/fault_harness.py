@@ -201,6 +201,15 @@ def containers(label: str) -> list[str]:
     return out.stdout.split()
 
 
+def containers_left(label: str, settle_s: float = 10.0) -> list[str]:
+    """The containers with `label` still there once a removal has had `settle_s` to end: a
+    finished task's sandbox goes in the background, just after the task's end is stored."""
+    deadline = time.monotonic() + settle_s
+    while (left := containers(label)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def host_processes(marker: str) -> list[str]:
     """PIDs on the host whose command line contains marker (sandbox processes are visible here)."""
     found = []

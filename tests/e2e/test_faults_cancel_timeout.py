@@ -22,7 +22,7 @@ from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
     cluster_with_api,
-    containers,
+    containers_left,
     event_types,
     fault_settings,
     host_processes,
@@ -100,7 +100,7 @@ def test_cancel_during_llm_call_and_while_queued(
         assert took < CANCEL_WITHIN_S, f"cancel took {took:.1f} s"
         assert artifact_paths(client, busy) == ["partial.txt"], "the output so far is kept"
         assert task["usage"]["steps"] == 1
-        assert containers(f"sandhive.task={busy}") == []
+        assert containers_left(f"sandhive.task={busy}") == []
 
         again = client.post(f"/v1/tasks/{busy}/cancel")
         assert again.status_code == 409
@@ -144,7 +144,7 @@ def test_cancel_during_a_long_command(
         assert (task["status"], task["finish_reason"]) == ("cancelled", "cancelled"), procs.logs()
         assert took < CANCEL_WITHIN_S, f"cancel took {took:.1f} s"
         assert host_processes(marker) == [], "the command is gone"
-        assert containers(f"sandhive.task={task_id}") == []
+        assert containers_left(f"sandhive.task={task_id}") == []
         assert artifact_paths(client, task_id) == ["partial.txt"]
     check_consistency(config, [task_id], private_redis.client())
 
@@ -172,7 +172,7 @@ def test_timeout_inside_a_command_that_ignores_sigterm(
         assert "timeout" in task["error"]
         took = _seconds(task["started_at"], task["finished_at"])
         assert took <= timeout_s + 10, f"ended {took:.1f} s after it started"
-        assert containers(f"sandhive.task={task_id}") == []
+        assert containers_left(f"sandhive.task={task_id}") == []
         assert artifact_paths(client, task_id) == ["started.txt"], "partial output is kept"
     check_consistency(config, [task_id], private_redis.client())
 
@@ -243,7 +243,7 @@ def test_timeout_during_artifact_collection(
         took = _seconds(task["started_at"], task["finished_at"])
         assert took <= timeout_s + COLLECT_GRACE_S + 4, f"ended {took:.1f} s after it started"
         assert artifact_paths(client, task_id) == [], "a cut collection stores nothing"
-        assert containers(f"sandhive.task={task_id}") == []
+        assert containers_left(f"sandhive.task={task_id}") == []
     check_consistency(config, [task_id], private_redis.client())
 
 

@@ -21,6 +21,7 @@ from app.scripted import ScriptedLLMServer
 from tests.e2e.fault_harness import (
     cluster_with_api,
     containers,
+    containers_left,
     fault_settings,
     submit,
     wait_terminal,
@@ -88,6 +89,6 @@ def test_a_dead_workers_sandbox_and_volume_go_at_their_deadline(
         task = wait_terminal(client, task_id, timeout_s=60)
         assert (task["status"], task["finish_reason"]) == ("failed", "timeout"), procs.logs()
         assert task["attempt"] == 1
-        assert containers(f"sandhive.task={task_id}") == []
+        assert containers_left(f"sandhive.task={task_id}") == []
         leftover = ["docker", "volume", "ls", "-q", "--filter", f"label=sandhive.task={task_id}"]
         assert subprocess.run(leftover, capture_output=True, text=True, check=True).stdout == ""

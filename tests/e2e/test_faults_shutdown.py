@@ -20,7 +20,7 @@ from tests.e2e.fault_harness import (
     ContainerWatch,
     check_consistency,
     cluster_with_api,
-    containers,
+    containers_left,
     db_events,
     fault_settings,
     submit,
@@ -107,7 +107,7 @@ def test_sigterm_past_the_grace_hands_tasks_back_without_losing_an_attempt(
         print(f"worker exited {time.monotonic() - signalled:.1f} s after SIGTERM")
         assert statuses(client, ids) == ["queued"] * 2, "handed back, not left running"
         for task_id in ids:
-            assert containers(f"sandhive.task={task_id}") == [], "its sandbox went with it"
+            assert containers_left(f"sandhive.task={task_id}") == [], "its sandbox went with it"
             types = [e["type"] for e in db_events(config.database_url, task_id)]
             assert types[-1] == "task.queued", types
 

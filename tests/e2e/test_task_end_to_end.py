@@ -44,14 +44,21 @@ def wait_finished(client: httpx.Client, task_id: str, timeout_s: float = 120) ->
     raise AssertionError(f"task {task_id} did not finish in {timeout_s} s: {task}")
 
 
-def containers_of(task_id: str) -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=sandhive.task={task_id}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()
+def containers_of(task_id: str, settle_s: float = 10.0) -> list[str]:
+    """The task's containers still there once its removal (in the background, after the
+    task's end: `Runner(remove_in_background=True)`) has had `settle_s` to finish."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=sandhive.task={task_id}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        left = out.stdout.split()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def submit(client: httpx.Client, model: str, **extra: object) -> str:

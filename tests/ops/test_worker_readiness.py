@@ -176,7 +176,8 @@ def test_worker_readyz_goes_503_while_its_docker_is_away_and_200_when_back(
             return lambda: (r := readyz(port)) and r[0] == code and r[1]
 
         ready = wait_for("ready", state(200), log)
-        assert ready == {"status": "ok", "postgres": "ok", "redis": "ok", "docker": "ok"}
+        expected = {"postgres": "ok", "redis": "ok", "docker": "ok", "images": "ok"}
+        assert ready == {"status": "ok", **expected}
 
         docker_proxy.stop()
         away = wait_for("not ready", state(503), log)

@@ -114,7 +114,7 @@ def test_resolve_lists_every_violated_maximum() -> None:
     [
         ({"llm": {"profile": "nope"}}, "profile", "unknown llm profile 'nope'"),
         ({"sandbox": {"network": "egress"}}, "network", "egress is not enabled on this server"),
-        ({"sandbox": {"image": "ubuntu"}}, "image", '"default" image'),
+        ({"sandbox": {"image": "ubuntu"}}, "image", "'ubuntu' is not available; available: def"),
     ],
 )
 def test_resolve_refuses_what_the_server_cannot_serve(

@@ -1,0 +1,30 @@
+"""`network.blocked`: a task's durable event for each connection the egress proxy refused.
+
+Fenced like every write of an attempt (only while that attempt runs the task), so a
+refusal reported late, after the task ended or moved on, is dropped rather than
+appended to a finished task's history.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from app.db import models
+from app.db.engine import Sessions
+from app.services.events import record_events
+from app.services.lifecycle import publish_quietly
+from app.states import TaskStatus
+
+NETWORK_BLOCKED = "network.blocked"
+
+
+async def record_blocked(
+    sessions: Sessions, redis: Redis, task_id: str, attempt: int, host: str, reason: str
+) -> bool:
+    """Store and publish one refusal; False when the attempt no longer runs the task."""
+    owns = (models.Task.attempt == attempt) & (models.Task.status == TaskStatus.running)
+    data = {"host": host, "reason": reason, "attempt": attempt}
+    async with sessions.begin() as session:
+        events = await record_events(session, task_id, [(NETWORK_BLOCKED, data)], only_if=owns)
+    await publish_quietly(redis, events)
+    return bool(events)

@@ -1,0 +1,323 @@
+"""The package against Sandhive's whole service, in one run, on the same instant fake model.
+
+    SANDHIVE_BENCH_REDIS_URL=redis://127.0.0.1:6379/1 .venv/bin/python bench/compare.py [--quick]
+        [--steps 10] [--package-venv .bench-venv] [--no-package] [--env SANDHIVE_X=VALUE ...]
+
+Both sides talk to one scripted OpenAI-compatible server (app.scripted, in a process of its
+own, TCP_NODELAY on its sockets) that answers at once: K-1 `execute_bash` calls of `true`,
+then `submit`. So what is measured is each system's own cost around the model.
+
+  * The package: `llm-in-sandbox benchmark` (its process-pool runner, `--num_workers N`)
+    from the virtualenv bench/package_setup.sh makes, its image built on the local Debian
+    base (as bench/experiment.py runs it). Its figures are its runner's own
+    `elapsed_time_seconds` (interpreter start and dataset load left out).
+  * Sandhive: API, Postgres (a scratch database), Redis and a worker, started here as
+    bench/service.py does; tasks go in with `POST /v1/tasks`.
+
+Figures: per-step overhead (the gap between a task's consecutive model requests; the command
+is `true`), one K-step task's wall (the package: its runner's elapsed for one row;
+Sandhive: submit -> `task.finished` on the WebSocket), tasks/min with 16 and 32 tasks at once
+(the package with as many workers; Sandhive's worker with as many slots, tasks submitted
+together and timed from the first submit to the last `finished_at`), and submit -> first
+model request, cold (no warm pool) and warm (a pool of 2, full before each submit). The
+machine's busy CPU-s per task is printed with each throughput figure (it includes whatever
+else runs: the load average is printed too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import httpx
+from redis.asyncio import Redis
+
+from app.scripted import Script, Turn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiment import PACKAGE_IMAGE, PACKAGE_TASK, CpuMeter, package_cli
+from service import IMAGE, REDIS_URL, Bench, Cluster, ScriptedLLMProcess
+from stream_latency import create_database, drop_database
+
+CONCURRENCY = (16, 32)
+
+
+@dataclass
+class Side:
+    """One system's figures (seconds; throughput in tasks/min)."""
+
+    gaps: list[float] = field(default_factory=list)
+    k_wall: list[float] = field(default_factory=list)
+    rate: dict[int, float] = field(default_factory=dict)
+    cpu_per_task: dict[int, float] = field(default_factory=dict)
+    load: dict[int, float] = field(default_factory=dict)
+    by_process: dict[int, str] = field(default_factory=dict)
+    """CPU-s by process group over each throughput run (bench/experiment.py's grouping)."""
+    cold: list[float] = field(default_factory=list)
+    warm: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def turns(steps: int) -> list[Turn]:
+    bash = Turn(tool="execute_bash", arguments={"command": "true"})
+    return [bash] * (steps - 1) + [Turn(tool="submit")]
+
+
+def gaps_of(arrivals: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(arrivals)]
+
+
+# The package
+
+
+def package_run(
+    cli: Path, llm: ScriptedLLMProcess, model: str, rows: int, workers: int, steps: int
+) -> tuple[float, float, float]:
+    """(its runner's elapsed s, machine CPU-s, load) for `rows` rows on `workers` workers."""
+    llm.add_script(model, Script(turns=turns(steps)))
+    with tempfile.TemporaryDirectory(prefix="sandhive-compare-pkg-") as out:
+        argv = [
+            str(cli),
+            "benchmark",
+            f"--task={PACKAGE_TASK}",
+            f"--llm_name={model}",
+            f"--llm_base_url={llm.base_url}",
+            f"--docker_image={PACKAGE_IMAGE}",
+            f"--num_workers={workers}",
+            f"--max_steps={steps + 2}",
+            "--start_id=0",
+            f"--end_id={rows}",
+            "--mode=llm-in-sandbox",
+            f"--output_dir={out}",
+        ]
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        meter = CpuMeter()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        cpu = meter.stop()
+        results = sorted(Path(out).glob("*_LLMinSandbox/results.json"))
+        if done.returncode != 0 or not results:
+            sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
+            raise RuntimeError(f"the package's benchmark failed: exit {done.returncode}")
+        data = json.loads(results[-1].read_text())
+        if int(data["num_errors"]):
+            sys.stderr.write(f"package run {model}: {data['num_errors']} errors\n")
+        return float(data["elapsed_time_seconds"]), cpu.busy_s, cpu.load
+
+
+def run_package(cli: Path, llm: ScriptedLLMProcess, args: argparse.Namespace) -> Side:
+    side = Side()
+    for i in range(args.singles):
+        model = f"pkg-single-{i}"
+        elapsed, _, _ = package_run(cli, llm, model, 1, 1, args.steps)
+        side.k_wall.append(elapsed)
+        side.gaps += gaps_of(llm.arrivals(model))
+    for n in CONCURRENCY:
+        rows = n * args.rounds
+        elapsed, cpu, load = package_run(cli, llm, f"pkg-{n}", rows, n, args.steps)
+        side.rate[n] = rows / elapsed * 60
+        side.cpu_per_task[n], side.load[n] = cpu / rows, load
+    return side
+
+
+# Sandhive
+
+
+async def run_sandhive(llm: ScriptedLLMProcess, args: argparse.Namespace) -> Side:
+    name = f"sandhive_bench_cmp_{os.getpid()}"
+    database_url = await asyncio.to_thread(create_database, name)
+    log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-cmp-"))
+    redis = Redis.from_url(REDIS_URL)
+    await redis.flushdb()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
+    instance = f"bench-cmp-{os.getpid()}"
+    env.update(
+        SANDHIVE_DATABASE_URL=database_url,
+        SANDHIVE_REDIS_URL=REDIS_URL,
+        SANDHIVE_LLM_BASE_URL=llm.base_url,
+        SANDHIVE_LLM_MODEL="bench",
+        SANDHIVE_SANDBOX_IMAGE=IMAGE,
+        SANDHIVE_INSTANCE=instance,
+        SANDHIVE_RATE_LIMIT_PER_S="0",
+        SANDHIVE_AUTH="disabled",
+    )
+    env.update(dict(setting.split("=", 1) for setting in args.env))
+    cluster = Cluster(env, log_dir)
+    side = Side()
+    try:
+        await cluster.start_api()
+        async with httpx.AsyncClient(base_url=cluster.base_url, timeout=60) as client:
+            bench = Bench(cluster, llm, client)
+            cluster.start_worker("cmp-cold", concurrency=2, pool=0)
+            await bench.warm_up()
+            for _ in range(args.singles):
+                await single(bench, side, args.steps)
+            side.cold = bench.figures.starts.pop("cold", [])
+            side.gaps = bench.figures.gaps.pop("cold, model latency 0 s", [])
+            for n in CONCURRENCY:
+                cluster.stop_worker()
+                cluster.start_worker(f"cmp-{n}", concurrency=n, pool=0)
+                await bench.warm_up()
+                await throughput(bench, side, n, n * args.rounds, args.steps, database_url)
+            cluster.stop_worker()
+            cluster.start_worker("cmp-warm", concurrency=2, pool=2)
+            await bench.warm_up()
+            for _ in range(args.singles):
+                await bench.wait_pool_filled(instance)
+                await bench.one_task("warm", args.steps)
+            side.warm = bench.figures.starts.pop("warm", [])
+            side.errors = bench.figures.errors
+        return side
+    except Exception:
+        sys.stderr.write(f"logs in {log_dir}\n")
+        raise
+    finally:
+        cluster.stop()
+        await redis.flushdb()
+        await redis.aclose()
+        await drop_database(name)
+
+
+async def single(bench: Bench, side: Side, steps: int) -> None:
+    """One K-step task, cold: submit -> `task.finished` on its WebSocket, and its gaps."""
+    model = bench.script(turns(steps))
+    task_id, sent = await bench.submit(model, steps)
+    status = await bench.follow(task_id, record=False)
+    side.k_wall.append(time.monotonic() - sent)
+    bench.figures.errors += status != "succeeded"
+    arrivals = bench.llm.arrivals(model)
+    bench.figures.starts.setdefault("cold", []).append(arrivals[0] - sent)
+    bench.figures.gaps.setdefault("cold, model latency 0 s", []).extend(gaps_of(arrivals))
+
+
+async def throughput(
+    bench: Bench, side: Side, n: int, total: int, steps: int, database_url: str
+) -> None:
+    """`total` tasks submitted at once to a worker of `n` slots, to the last one's end."""
+    model = bench.script(turns(steps))
+    meter = CpuMeter()
+    started = time.time()
+    ids = [(await bench.submit(model, steps))[0] for _ in range(total)]
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        while True:
+            rows = await conn.fetch(
+                "select status, finished_at from tasks where id = any($1::text[])", ids
+            )
+            if all(r["finished_at"] is not None for r in rows):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+    cpu = meter.stop()
+    wall = max(r["finished_at"].timestamp() for r in rows) - started
+    bench.figures.errors += sum(r["status"] != "succeeded" for r in rows)
+    side.rate[n] = total / wall * 60
+    side.cpu_per_task[n], side.load[n] = cpu.busy_s / total, cpu.load
+    side.by_process[n] = cpu.groups_line()
+
+
+# Report
+
+
+def med_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.1f} ms" if values else "-"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def report(pkg: Side | None, sh: Side, args: argparse.Namespace) -> str:
+    p = pkg or Side()
+    k = args.steps
+    med = statistics.median
+    rows: list[tuple[str, str, str, str, str]] = [
+        (
+            "per-step overhead (median gap)",
+            med_ms(p.gaps),
+            med_ms(sh.gaps),
+            ratio(med(sh.gaps) if sh.gaps else None, med(p.gaps) if p.gaps else None),
+            "<= 3 ms",
+        ),
+        (
+            f"one K={k} task, wall (median)",
+            med_ms(p.k_wall),
+            med_ms(sh.k_wall),
+            ratio(med(sh.k_wall) if sh.k_wall else None, med(p.k_wall) if p.k_wall else None),
+            "<= 0.4 s",
+        ),
+    ]
+    for n, goal in zip(CONCURRENCY, ("5x", "6x"), strict=True):
+        rows.append(
+            (
+                f"{n} concurrent K={k} tasks (tasks/min)",
+                f"{p.rate.get(n, 0):.1f}" if n in p.rate else "-",
+                f"{sh.rate.get(n, 0):.1f}",
+                ratio(sh.rate.get(n), p.rate.get(n)),
+                f">= {goal} the package",
+            )
+        )
+        rows.append(
+            (
+                f"  machine CPU-s per task at {n} (load)",
+                f"{p.cpu_per_task[n]:.2f} ({p.load[n]:.1f})" if n in p.rate else "-",
+                f"{sh.cpu_per_task[n]:.2f} ({sh.load[n]:.1f})",
+                "",
+                "",
+            )
+        )
+    rows.append(("submit -> first model request, cold", "-", med_ms(sh.cold), "", "<= 150 ms"))
+    rows.append(("submit -> first model request, warm", "-", med_ms(sh.warm), "", ""))
+    head = ("figure", "package", "Sandhive", "Sandhive/package", "goal")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [head, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines.append(
+        f"\n{os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}; singles "
+        f"{args.singles}, {args.rounds} round(s) of tasks per concurrency; Sandhive errors "
+        f"{sh.errors}" + (f"; settings {' '.join(args.env)}" if args.env else "")
+    )
+    for n, groups in sh.by_process.items():
+        lines.append(f"Sandhive at {n}, CPU-s by process: {groups}")
+    if pkg is None:
+        lines.append("the package was not run (bench/package_setup.sh installs it)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="1 round, 3 singles")
+    parser.add_argument("--steps", type=int, default=10, help="model turns per task (K)")
+    parser.add_argument("--singles", type=int, default=10, help="single tasks for the medians")
+    parser.add_argument("--rounds", type=int, default=3, help="tasks per concurrency slot")
+    parser.add_argument("--package-venv", type=Path, default=Path(".bench-venv"))
+    parser.add_argument("--no-package", action="store_true")
+    parser.add_argument("--env", action="append", default=[], help="SANDHIVE_X=V for Sandhive")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.singles = 1, 3
+    cli = None if args.no_package else package_cli(args.package_venv)
+    if cli is None and not args.no_package:
+        sys.stderr.write("no package in --package-venv: run bench/package_setup.sh first\n")
+    with ScriptedLLMProcess() as llm:
+        package = run_package(cli, llm, args) if cli is not None else None
+        sandhive = asyncio.run(run_sandhive(llm, args))
+    sys.stdout.write(report(package, sandhive, args) + "\n")
+
+
+if __name__ == "__main__":
+    main()
