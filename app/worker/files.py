@@ -46,10 +46,8 @@ Reply = dict[str, Any]
 
 
 class FileServer:
-    def __init__(
-        self, ctx: WorkerContext, running: dict[str, Running], stopping: asyncio.Event
-    ) -> None:
-        self.ctx, self.running, self.stopping = ctx, running, stopping
+    def __init__(self, ctx: WorkerContext, running: dict[str, Running]) -> None:
+        self.ctx, self.running = ctx, running
         self.halted = asyncio.Event()
         s = ctx.settings
         self._per_worker = asyncio.Semaphore(s.task_files_max_concurrent_per_worker)

@@ -139,7 +139,7 @@ class Worker:
         metrics.SLOTS.set(s.worker_concurrency)
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         episodes = EpisodeServer(ctx, self.stopping, lambda: self._present_images())
-        files = FileServer(ctx, self.running, self.stopping)
+        files = FileServer(ctx, self.running)
         serving = [asyncio.create_task(episodes.serve()), asyncio.create_task(files.serve())]
         try:
             await self._claim_loop(ctx, burst=burst)
