@@ -47,7 +47,7 @@ from app.scripted import Script, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiment import PACKAGE_IMAGE, PACKAGE_TASK, CpuMeter, package_cli
-from service import IMAGE, REDIS_URL, Bench, Cluster, ScriptedLLMProcess
+from service import REDIS_URL, Bench, Cluster, ScriptedLLMProcess, bench_env
 from stream_latency import create_database, drop_database
 
 CONCURRENCY = (16, 32)
@@ -139,18 +139,8 @@ async def run_sandhive(llm: ScriptedLLMProcess, args: argparse.Namespace) -> Sid
     log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-cmp-"))
     redis = Redis.from_url(REDIS_URL)
     await redis.flushdb()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
     instance = f"bench-cmp-{os.getpid()}"
-    env.update(
-        SANDHIVE_DATABASE_URL=database_url,
-        SANDHIVE_REDIS_URL=REDIS_URL,
-        SANDHIVE_LLM_BASE_URL=llm.base_url,
-        SANDHIVE_LLM_MODEL="bench",
-        SANDHIVE_SANDBOX_IMAGE=IMAGE,
-        SANDHIVE_INSTANCE=instance,
-        SANDHIVE_RATE_LIMIT_PER_S="0",
-        SANDHIVE_AUTH="disabled",
-    )
+    env = bench_env(database_url, llm.base_url, instance)
     env.update(dict(setting.split("=", 1) for setting in args.env))
     cluster = Cluster(env, log_dir)
     side = Side()

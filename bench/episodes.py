@@ -50,7 +50,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service import IMAGE, REDIS_URL, Cluster, pct, rss_mb
+from service import REDIS_URL, Cluster, bench_env, pct, rss_mb
 from stream_latency import create_database, drop_database, wait_ready
 
 TRUE = {
@@ -141,16 +141,10 @@ class Bench:
 async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> Figures:
     redis = Redis.from_url(REDIS_URL)
     await redis.flushdb()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
-    env.update(
-        SANDHIVE_DATABASE_URL=database_url,
-        SANDHIVE_REDIS_URL=REDIS_URL,
-        SANDHIVE_LLM_BASE_URL="http://127.0.0.1:9/v1",  # episodes never call a model
-        SANDHIVE_LLM_MODEL="bench",
-        SANDHIVE_SANDBOX_IMAGE=IMAGE,
-        SANDHIVE_INSTANCE=f"bench-episodes-{os.getpid()}",
-        SANDHIVE_RATE_LIMIT_PER_S="0",
-        SANDHIVE_AUTH="disabled",
+    env = bench_env(
+        database_url,
+        "http://127.0.0.1:9/v1",  # episodes never call a model
+        f"bench-episodes-{os.getpid()}",
         SANDHIVE_LOG_LEVEL="WARNING",
         # Every episode open at once fits: one worker holds them all, the tenant may have them.
         SANDHIVE_EPISODE_SLOTS=str(args.episodes + 1),

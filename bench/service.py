@@ -296,17 +296,7 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> Fig
     await redis.flushdb()
     instance = f"bench-{os.getpid()}"
     with ScriptedLLMProcess() as llm:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
-        env.update(
-            SANDHIVE_DATABASE_URL=database_url,
-            SANDHIVE_REDIS_URL=REDIS_URL,
-            SANDHIVE_LLM_BASE_URL=llm.base_url,
-            SANDHIVE_LLM_MODEL="bench",
-            SANDHIVE_SANDBOX_IMAGE=IMAGE,
-            SANDHIVE_INSTANCE=instance,
-            SANDHIVE_RATE_LIMIT_PER_S="0",
-            SANDHIVE_AUTH="disabled",
-        )
+        env = bench_env(database_url, llm.base_url, instance)
         cluster = Cluster(env, log_dir)
         try:
             await cluster.start_api()
@@ -335,6 +325,27 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> Fig
             cluster.stop()
             await redis.flushdb()
             await redis.aclose()
+
+
+def bench_env(
+    database_url: str, llm_base_url: str, instance: str, **settings: str
+) -> dict[str, str]:
+    """The environment of a bench's service processes: this machine's, without any
+    SANDHIVE_* of the caller's, on the bench's database, Redis and model, no auth, no rate
+    limit; `settings` (SANDHIVE_X=...) on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHIVE_")}
+    env.update(
+        SANDHIVE_DATABASE_URL=database_url,
+        SANDHIVE_REDIS_URL=REDIS_URL,
+        SANDHIVE_LLM_BASE_URL=llm_base_url,
+        SANDHIVE_LLM_MODEL="bench",
+        SANDHIVE_SANDBOX_IMAGE=IMAGE,
+        SANDHIVE_INSTANCE=instance,
+        SANDHIVE_RATE_LIMIT_PER_S="0",
+        SANDHIVE_AUTH="disabled",
+        **settings,
+    )
+    return env
 
 
 def pct(values: Sequence[float], q: float) -> float:

@@ -8,9 +8,10 @@ hardened reader (`app.sandbox.files.collect_tar`, which trusts nothing in the st
 archive API's tar of sandbox-made files was no more trustworthy).
 
 The caller falls back to the archive API whenever this returns None: no channel, no
-`sh`/`tar` in the image, tar failing, or the stream growing past `MAX_STREAM_BYTES` (a
-bound on what the worker buffers, since channel frames have no backpressure; a huge or
-sparse output then goes through the archive API, which streams with backpressure).
+`sh`/`tar` in the image, tar failing, or the stream growing past
+`CollectCaps.max_channel_bytes` (a bound on what the worker buffers, since channel frames
+have no backpressure; a huge or sparse output then goes through the archive API, which
+streams with backpressure).
 Imported by `app.sandbox.docker`.
 """
 
@@ -24,8 +25,6 @@ from typing import Any
 from app.agent.types import ExecResult, OutputCallback
 from app.sandbox.files import CollectCaps, Collected, collect_tar
 
-MAX_STREAM_BYTES = 32 * 2**20
-"""Bytes of tar taken through the channel before giving up on it for this collection."""
 MISSING = 3
 EXIT_WAIT_S = 5.0
 TAR_SCRIPT = (
@@ -52,7 +51,7 @@ async def collect_through_channel(exec_: Exec, path: str, caps: CollectCaps) -> 
         if kind != "stdout" or over:
             return
         fed += len(data)
-        if fed > MAX_STREAM_BYTES:
+        if fed > caps.max_channel_bytes:
             over = True
             run.cancel()  # the channel kills the tar; the archive API takes over
             return

@@ -46,6 +46,9 @@ class CollectCaps:
     max_total_bytes: int
     max_archive_bytes: int | None = None
     """Bytes read from the stream in all, skipped data included; None: max(4 x total, 1 GiB)."""
+    max_channel_bytes: int = 32 * 2**20
+    """Bytes of tar taken through the exec channel before the archive API takes over
+    (`app.sandbox.channel_collect`: the channel's frames have no backpressure)."""
 
     @property
     def archive_budget(self) -> int:

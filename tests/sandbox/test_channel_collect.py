@@ -4,15 +4,19 @@ the channel's stream would grow past its bound."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+
 import pytest
 
-from app.sandbox import channel_collect
 from app.sandbox.docker import DockerSandbox
 from app.sandbox.files import CollectCaps, CollectedFile
 from tests.sandbox.conftest import MakeSandbox
 from tests.support.docker_calls import DockerCalls, docker_calls
 
 __all__ = ["docker_calls"]
+NO_TAR_IMAGE = "sandhive-test-no-tar"
 CAPS = CollectCaps(max_files=10, max_file_bytes=4096, max_total_bytes=8192)
 ARCHIVE = ("GET", "containers/{id}/archive")
 SCRIPT = (
@@ -45,11 +49,11 @@ async def test_collection_goes_through_the_channel(
 
 
 async def test_a_stream_past_the_bound_falls_back_to_the_archive_api(
-    make_sandbox: MakeSandbox, docker_calls: DockerCalls, monkeypatch: pytest.MonkeyPatch
+    make_sandbox: MakeSandbox, docker_calls: DockerCalls
 ) -> None:
     box = await prepared(make_sandbox)
-    monkeypatch.setattr(channel_collect, "MAX_STREAM_BYTES", 4096)  # below this tar's size
-    got = await box.collect("/testbed/output", CAPS)
+    bounded = replace(CAPS, max_channel_bytes=4096)  # below this tar's size
+    got = await box.collect("/testbed/output", bounded)
     assert got.files == EXPECTED_FILES
     assert sorted(got.skipped) == EXPECTED_SKIPPED
     assert docker_calls.calls[ARCHIVE] == 1
@@ -58,12 +62,31 @@ async def test_a_stream_past_the_bound_falls_back_to_the_archive_api(
     assert again.stdout == b"none\n", "no tar left running"
 
 
+@pytest.fixture(scope="module")
+def image_without_tar(docker_image: str) -> Iterator[str]:
+    """The sandbox image with its tar gone (as an image with busybox's, or none, would be)."""
+    dockerfile = (
+        f"FROM {docker_image}\nRUN rm /usr/bin/tar /bin/tar 2>/dev/null; ! command -v tar\n"
+    )
+    built = subprocess.run(
+        ["docker", "build", "-q", "-t", NO_TAR_IMAGE, "-"],
+        input=dockerfile,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    yield NO_TAR_IMAGE
+    subprocess.run(["docker", "rmi", "-f", NO_TAR_IMAGE], capture_output=True, check=False)
+
+
 async def test_a_tar_that_fails_falls_back_to_the_archive_api(
-    make_sandbox: MakeSandbox, docker_calls: DockerCalls, monkeypatch: pytest.MonkeyPatch
+    make_sandbox: MakeSandbox, docker_calls: DockerCalls, image_without_tar: str
 ) -> None:
-    """A tar without GNU options (busybox's) exits non-zero: the archive API answers."""
-    box = await prepared(make_sandbox)
-    monkeypatch.setattr(channel_collect, "TAR_SCRIPT", 'exec tar --no-such-option -- "$2"')
+    """No GNU tar in the image (none at all here): the archive API answers."""
+    box = await make_sandbox(image=image_without_tar)
+    done = await box.exec(["sh", "-c", SCRIPT])
+    assert done.exit_code == 0, done.stderr
     got = await box.collect("/testbed/output", CAPS)
     assert got.files == EXPECTED_FILES
     assert docker_calls.calls[ARCHIVE] == 1
