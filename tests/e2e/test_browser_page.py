@@ -467,6 +467,12 @@ def test_the_cancel_button_cancels_a_running_task(
             step = page.locator("li.step[data-index='0'][data-state='running']")
             expect(step.locator("pre.shell")).to_contain_text("sleep 600", timeout=WAIT_MS)
             expect(page.locator("#t-status")).to_have_text("running")
+            # The command is shown as soon as the model asks for it, which can be while the
+            # sandbox still starts (it starts beside the first model call): cancel once it
+            # has printed, so the cut step has something to keep.
+            expect(step.locator("pre.live-output")).to_contain_text(
+                "waiting to be cancelled", timeout=WAIT_MS
+            )
             cancel = page.locator("#cancel")
             expect(cancel).to_be_enabled()
             cancel.click()
