@@ -1,4 +1,5 @@
-"""`sandhive admin`: the operator's commands (workers, drain, requeue, fail, prune).
+"""`sandhive admin`: the operator's commands (workers, drain, requeue, fail, prune,
+egress-firewall).
 
 Each command makes one call of `app.services.admin` with the process's resources
 open (`cli_common.call`: the exit codes every command shares) and prints the result.
@@ -15,7 +16,8 @@ from app.cli_common import call
 from app.config import Settings
 
 admin_cli = typer.Typer(
-    help="Operate a deployment: workers, drain, requeue, fail, prune.", no_args_is_help=True
+    help="Operate a deployment: workers, drain, requeue, fail, prune, egress-firewall.",
+    no_args_is_help=True,
 )
 
 
@@ -86,3 +88,47 @@ def prune(
         lambda res: admin.prune(res.sessions, task_days=tasks, artifact_days=outputs), settings
     )
     typer.echo(f"pruned {pruned.tasks} tasks and {pruned.artifacts} artifacts")
+
+
+@admin_cli.command("egress-firewall")
+def egress_firewall(
+    soft: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 0 even when the rules cannot be installed (no marker is left, so "
+            "workers refuse egress by name and run the rest): compose's one-shot."
+        ),
+    ] = False,
+) -> None:
+    """Install the Docker host's rules for egress by domain name (iptables and ip6tables,
+    idempotent), write the marker workers that cannot install them check, and exit:
+    compose's `egress-firewall` one-shot, run on the host's network with NET_ADMIN
+    (docs/network.md). Does nothing when proxied egress is off."""
+    import asyncio
+
+    from app import cli_common
+    from app.errors import SandboxError
+    from app.sandbox import host_rules
+    from app.sandbox.egress_proxy import install_host_rules, proxy_policy
+
+    settings = Settings()
+    if not (settings.sandbox_egress_enabled and settings.sandbox_egress_proxy):
+        host_rules.remove_marker(settings.sandbox_egress_proxy_dir)
+        typer.echo("egress by domain name is off: no host rules to install")
+        return
+    try:
+        bridge = asyncio.run(install_host_rules(proxy_policy(settings)))
+    except (SandboxError, OSError) as exc:
+        message = exc.message if isinstance(exc, SandboxError) else repr(exc)
+        if not soft:
+            cli_common.fail(message)
+        typer.echo(
+            f"error: egress host rules NOT installed: {message}; tasks with allow_domains fail"
+            " (sandbox_error) until this runs again and succeeds, other tasks run",
+            err=True,
+        )
+        return
+    marker = host_rules.marker_path(settings.sandbox_egress_proxy_dir)
+    typer.echo(
+        f"egress host rules in place (task bridges shvp+, upstream bridge {bridge}; {marker})"
+    )

@@ -365,6 +365,10 @@ class Settings(BaseSettings):
     (or after the previous response) is closed: slowloris and silent sockets."""
     api_max_connections: int = Field(default=500, ge=2)
     """Open connections (WebSockets included) one API process serves; past it: 503."""
+    api_access_log: bool = True
+    """One INFO line per request (and WebSocket handshake) on uvicorn's access log; off: no
+    such line is formatted or written (errors are still logged), for a deployment whose proxy
+    or load balancer keeps the access log already."""
     stream_max_per_tenant: int = Field(default=200, ge=1)
     """Open WebSocket + SSE streams per tenant, all API processes together (4429 / 429)."""
 

@@ -45,8 +45,9 @@ class EpisodeCreate(_Strict):
     input_files: list[InputFile] = Field(default_factory=list, max_length=MAX_INPUT_FILES)
     """Files put under `/testbed/input/` before the first step, as for a task."""
     scorer: JsonObject | None = None
-    """A built-in scorer (`{"kind": "math"}`, ...; not `python` or `llm_judge` yet) for
-    `POST /v1/episodes/{id}/reward`; none: the reward route answers 409."""
+    """A scorer as an experiment's (`{"kind": "math"}`, `llm_judge`, `python`, ...) for
+    `POST /v1/episodes/{id}/reward`; none: the reward route answers 409. A deferred one
+    (`llm_judge`, `python`) runs in the worker before the final step answers."""
     ground_truth: Any = None
     """What the scorer compares the answer with (a string or a list of them)."""
 
@@ -121,7 +122,8 @@ class EpisodeStepOut(WireModel):
     """`infrastructure` when the service, not the model, ended the episode."""
     timings: dict[str, int]
     """`tool_ms` (the tool's run in the sandbox) and `worker_ms` (the whole step in the
-    worker); `api_ms` is this request end to end."""
+    worker); `api_ms` is this request end to end; `score_ms` (in `worker_ms`) on a final
+    step whose deferred scorer (`llm_judge`, `python`) the worker ran."""
 
 
 class RewardOut(WireModel):
@@ -136,4 +138,5 @@ class RewardOut(WireModel):
     finish_reason: str | None = None
     """Why the episode's loop ended."""
     detail: dict[str, Any] = Field(default_factory=dict)
-    """What the scorer extracted and compared."""
+    """What the scorer extracted and compared (an `llm_judge`'s prompt and exchanges, a
+    `python` scorer's stdout, stderr and exit code)."""

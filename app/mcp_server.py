@@ -137,6 +137,11 @@ def _body(
     return {"prompt": prompt, "llm": llm, "limits": limits}
 
 
+def _idempotency(key: str | None) -> dict[str, str]:
+    """A model's retry of a tool call after a lost answer must not start a second task."""
+    return {"Idempotency-Key": key} if key else {}
+
+
 def _task_path(task_id: str, rest: str = "") -> str:
     return f"/v1/tasks/{quote(task_id, safe='')}{rest}"
 
@@ -168,6 +173,17 @@ WaitS = Annotated[
 ]
 MaxChars = Annotated[int, Field(ge=1000, le=1_000_000, description="Most characters to return.")]
 ArtifactPath = Annotated[str, Field(description="The file's path, as list_artifacts gave it.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=255,
+        description=(
+            "Any string unique to this request: retrying the call with the same key gives "
+            "the same task back instead of starting a second one."
+        ),
+    ),
+]
 
 RUN_TASK = """Run a task in a fresh Sandhive sandbox and wait for it to finish.
 
@@ -223,10 +239,13 @@ class Tools:
         max_steps: MaxSteps = None,
         timeout_s: TimeoutS = None,
         wait_s: WaitS = DEFAULT_WAIT_S,
+        idempotency_key: IdempotencyKey = None,
     ) -> dict[str, Any]:
         async with self._api(ctx) as sandhive:
             body = _body(prompt, profile, model, max_steps, timeout_s)
-            task = await sandhive.json("POST", "/v1/tasks", json=body)
+            task = await sandhive.json(
+                "POST", "/v1/tasks", json=body, headers=_idempotency(idempotency_key)
+            )
             task = await _wait(sandhive, task, wait_s, ctx)
             out = _summary(task)
             if task["status"] not in TERMINAL:
@@ -244,10 +263,12 @@ class Tools:
         model: Model = None,
         max_steps: MaxSteps = None,
         timeout_s: TimeoutS = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> dict[str, Any]:
         async with self._api(ctx) as sandhive:
             body = _body(prompt, profile, model, max_steps, timeout_s)
-            return _summary(await sandhive.json("POST", "/v1/tasks", json=body))
+            headers = _idempotency(idempotency_key)
+            return _summary(await sandhive.json("POST", "/v1/tasks", json=body, headers=headers))
 
     async def get_task(self, task_id: TaskId, ctx: Context) -> dict[str, Any]:
         async with self._api(ctx) as sandhive:

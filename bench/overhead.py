@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/overhead.py [--tasks 10] [--steps 10] [--latency 0 0.5]
                                        [--concurrency 1 8 32] [--no-channel]
+                                       [--runtimes runc crun ...] [--runtimes-only]
 
 What it measures, on the episode path the worker and `sandhive run` share
 (`app.episode.Runner`: sandbox start, inputs, agent loop, tools, collection,
@@ -12,7 +13,11 @@ removal; the queue and Postgres are not in it):
     latency, with `true` as the command (median, p95) — Sandhive's per-step overhead;
   * throughput: tasks/min of N concurrent tasks of --steps steps, with host CPU and
     memory use during the run;
-  * idle sandbox memory: cgroup memory usage of a started, never-used sandbox.
+  * idle sandbox memory: cgroup memory usage of a started, never-used sandbox;
+  * start per OCI runtime (`SANDHIVE_SANDBOX_RUNTIME`; by default every runtime the daemon
+    registers, `docker info`'s Runtimes): create + start + set-up of a sandbox until its
+    first command (`true`) answers (median, p95 of --tasks); a runtime that cannot start
+    a sandbox on this host shows its error instead.
 The model is in-process (no HTTP), so only Sandhive's own costs are counted.
 """
 
@@ -31,6 +36,7 @@ from typing import Any
 from app.agent.types import Completion, Step, ToolCall
 from app.config import Settings
 from app.episode import Runner
+from app.errors import SandboxError
 from app.resolve import resolve_spec
 from app.sandbox.docker import DockerHost
 from app.sandbox.policy import SandboxConfig
@@ -163,9 +169,62 @@ async def idle_memory_mb(host: DockerHost, labels: Mapping[str, str]) -> float:
         await box.remove()
 
 
+async def registered_runtimes() -> list[str]:
+    """The OCI runtimes the daemon knows (`docker info`'s Runtimes)."""
+    async with DockerHost() as host:
+        info = await host.api().system.info()
+    return sorted(info.get("Runtimes") or {})
+
+
+async def runtime_start(runtime: str, count: int, labels: Mapping[str, str]) -> str:
+    """Create + start + set-up until the first command answers, `count` times (after one
+    not counted); the error, on one line, when the runtime cannot start a sandbox here."""
+    settings = SETTINGS.model_copy(update={"sandbox_runtime": runtime})
+    times: list[float] = []
+    async with DockerHost(runtime=runtime) as host:
+        config = Runner(settings, host).episode(task(1), "bench", labels=labels).sandbox
+        try:
+            await host.ping()
+            for _ in range(count + 1):
+                began = time.perf_counter()
+                box = await host.create_sandbox(config)
+                try:
+                    done = await box.exec(["true"])
+                    took = time.perf_counter() - began
+                finally:
+                    await box.remove()
+                if done.exit_code != 0:
+                    return f"error: `true` exited {done.exit_code}"
+                times.append(took)
+        except SandboxError as exc:
+            return "error: " + " ".join(exc.message.split())[:160]
+    return ms(times[1:])
+
+
+async def runtime_rows(
+    runtimes: Sequence[str], count: int, labels: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    return [
+        (f"start cold, runtime {runtime} (ms med/p95)", await runtime_start(runtime, count, labels))
+        for runtime in runtimes
+    ]
+
+
 async def run(args: argparse.Namespace) -> None:
     # A task label, as every sandbox has: test sessions running meanwhile audit all of them.
     labels = {"sandhive.bench": uuid.uuid4().hex, "sandhive.task": "bench"}
+    rows = [] if args.runtimes_only else await general_rows(args, labels)
+    runtimes = args.runtimes or await registered_runtimes()
+    rows += await runtime_rows(runtimes, args.tasks, labels)
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'measure':<{width}}  value"] + [f"{n:<{width}}  {v}" for n, v in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+async def general_rows(
+    args: argparse.Namespace, labels: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """Start, step overhead, warm pool, throughput, idle memory (the default runtime)."""
     rows: list[tuple[str, str]] = []
     async with DockerHost(exec_channel=not args.no_channel) as host:
         try:
@@ -213,9 +272,7 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             for container_id in await host.list_sandboxes(labels):
                 await host.remove_container(container_id)
-    width = max(len(r[0]) for r in rows)
-    lines = [f"{'measure':<{width}}  value"] + [f"{n:<{width}}  {v}" for n, v in rows]
-    sys.stdout.write("\n".join(lines) + "\n")
+    return rows
 
 
 def main() -> None:
@@ -225,6 +282,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.5])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--no-channel", action="store_true", help="a `docker exec` per command")
+    parser.add_argument(
+        "--runtimes", nargs="+", default=None, help="OCI runtimes to time (default: all registered)"
+    )
+    parser.add_argument("--runtimes-only", action="store_true", help="only the per-runtime start")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -58,7 +58,8 @@ async def step_episode(
 @router.post("/{episode_id}/reward", response_model=RewardOut, responses=_ERRORS)
 async def reward_episode(episode_id: str, res: Res, tenant: Tenant) -> RewardOut:
     """The episode's scorer on its answer; 0 with the reason when it never submitted."""
-    return episodes_reward.reward(await episodes.find(res.sessions, tenant, episode_id))
+    row = await episodes.find(res.sessions, tenant, episode_id)
+    return await episodes_reward.reward(res.sessions, res.redis, res.settings, row)
 
 
 @router.delete("/{episode_id}", response_model=EpisodeOut, responses=_ERRORS)

@@ -155,4 +155,5 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "ws_max_size": WS_MAX_SIZE,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "log_config": None,  # logs.setup's handler, format and redaction
+        "access_log": settings.api_access_log,
     }

@@ -7,6 +7,12 @@ onto that worker's own list. Every request carries a fresh reply key the worker
 answers exactly once (RPUSH, then an expiry so an answer nobody waits for goes
 away); the API waits for it with BLPOP, in slices shorter than the Redis socket
 timeout, and asks `alive` between slices, so a dead worker is noticed within a slice.
+
+A deferred scorer's run has a lease of its own (`keys.episode_scoring`): set by the worker
+before the row says the episode ended, renewed while it scores, deleted once the reward is
+stored. Its absence (confirmed twice) is what tells the API and the sweep that nobody will
+store that reward any more; the worker's heartbeat cannot (a worker restarted under the
+same name beats again but holds none of its predecessor's scorings).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +29,7 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from app.bus import keys
+from app.bus.presence import present
 
 OPEN_STREAM = f"{keys.PREFIX}:episodes:open"
 OPEN_GROUP = "episode-workers"
@@ -183,6 +190,21 @@ async def wait_reply(
             # One more look: the answer may have come just before the worker went.
             last: Any = await redis.lpop(reply)
             return json.loads(last) if last is not None else None
+
+
+async def hold_scoring(redis: Redis, episode_id: str, worker: str, ttl_s: float) -> None:
+    """Say `worker` scores the episode's answer for the next `ttl_s` (set or renewed)."""
+    await redis.set(keys.episode_scoring(episode_id), worker, px=max(1, int(ttl_s * 1000)))
+
+
+async def drop_scoring(redis: Redis, episode_id: str) -> None:
+    """The reward is stored (or will never be, by this worker): nobody scores it now."""
+    await redis.delete(keys.episode_scoring(episode_id))
+
+
+async def scoring(redis: Redis, episode_ids: Collection[str]) -> set[str]:
+    """The episodes among `episode_ids` whose scoring lease some worker holds now."""
+    return await present(redis, episode_ids, keys.episode_scoring)
 
 
 def _text(value: bytes | str) -> str:

@@ -44,6 +44,12 @@ def task_lease(task_id: str) -> str:
     return f"{PREFIX}:task:{task_id}:lease"
 
 
+def episode_scoring(episode_id: str) -> str:
+    """Held (with a TTL, renewed) by the worker scoring the ended episode's answer with a
+    deferred scorer, until the reward is stored (`app.bus.episodes.hold_scoring`)."""
+    return f"{PREFIX}:episode:{episode_id}:scoring"
+
+
 def worker_heartbeat(name: str) -> str:
     """Present while the worker `name` is alive; expires when it stops renewing it."""
     return f"{PREFIX}:worker:{name}"

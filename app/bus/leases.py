@@ -18,6 +18,11 @@ from redis.asyncio import Redis
 from app.bus import keys
 from app.bus.presence import present
 
+CONFIRM_FACTOR = 1.5
+"""A missing heartbeat (or scoring lease) is confirmed this many heartbeat periods later:
+a Redis that just lost its keys (a restart without persistence) must not declare live
+workers dead."""
+
 # KEYS: lease. ARGV: holder, lease ms. Returns "" when taken, else the current holder.
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end

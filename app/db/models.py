@@ -233,6 +233,15 @@ class ExperimentEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
 
 
+UNSCORED = (
+    "reward IS NULL AND finish_reason = 'submitted' "
+    "AND (scorer ->> 'kind') IN ('llm_judge', 'python')"
+)
+"""A submitted answer of a deferred scorer (`services.episodes.DEFERRED_KINDS`) with no
+reward yet: `ix_episodes_unscored`'s predicate, queried as written (literals, so the
+planner matches the partial index whatever the plan)."""
+
+
 class EpisodeRow(Base):
     """An RL episode a trainer drives step by step; its sandbox lives on `worker`."""
 
@@ -240,6 +249,9 @@ class EpisodeRow(Base):
     __table_args__ = (
         Index("ix_episodes_tenant_status", "tenant_id", "status"),
         Index("ix_episodes_worker_status", "worker", "status"),
+        # The sweep's look for submitted answers a deferred scorer never scored: tiny (a
+        # row leaves it once its reward is stored).
+        Index("ix_episodes_unscored", "worker", postgresql_where=text(UNSCORED)),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -258,6 +270,10 @@ class EpisodeRow(Base):
     """`infrastructure` when the service, not the trainer's model, ended it badly."""
     answer: Mapped[str | None] = mapped_column(Text)
     steps: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    reward: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    """A deferred scorer's result (`llm_judge`, `python`), written once by the worker that
+    held the episode (`services.episodes_reward.stored`); None for a built-in scorer,
+    which the reward route runs itself, and while the worker still scores."""
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     ended_at: Mapped[datetime | None] = mapped_column(_TZ)

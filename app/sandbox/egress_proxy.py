@@ -8,11 +8,14 @@ bridge and on no network of Postgres, Redis or the API. Host rules (iptables and
 ip6tables) drop everything from the task bridges to the host itself (an internal
 network's bridge still has the host's address on it) and every new connection from the
 upstream bridge to the host; the host's own addresses and every Docker network's gateway
-are refused destinations in each grant as well. The proxy learns each task's allow-list
-and caps over a Unix socket (`control_dir/sock`), keyed by its own address on that task's
-network, and tells the worker about refused connections (`ProxyGate.on_blocked`); the
-worker keeps its live grants and sends them again when it reconnects (a restarted proxy
-has none).
+are refused destinations in each grant as well. A worker that does not install the rules
+itself (`manage_firewall` off: compose's, in a container) starts no proxied sandbox unless
+`app.sandbox.host_rules` confirms someone did on this boot, and refuses the host addresses
+that marker lists too (its own /proc shows only its container's). The proxy learns each
+task's allow-list and caps over a Unix socket (`control_dir/sock`), keyed by its own address
+on that task's network, and tells the worker about refused connections
+(`ProxyGate.on_blocked`); the worker keeps its live grants and sends them again when it
+reconnects (a restarted proxy has none).
 Imported by `app.sandbox.docker`.
 """
 
@@ -40,7 +43,7 @@ from app import metrics
 from app.config import Settings
 from app.egress import rules
 from app.errors import SandboxError
-from app.sandbox import network
+from app.sandbox import host_rules, network
 from app.sandbox.egress_policy import PROXY_PORT, ProxyPolicy
 
 PROXY_LABEL = "sandhive.egress-proxy"
@@ -179,9 +182,9 @@ class ProxyGate:
         naming those outside it): a task accepted before the ceiling narrowed gets nothing.
         """
         check_ceiling(policy, allow)
-        await self._ensure(policy)
+        marked = await self._ensure(policy)
         with _docker("list Docker networks"):
-            refused = host_addresses(await self._api().networks.list())
+            refused = sorted({*host_addresses(await self._api().networks.list()), *marked})
         name, subnet = await self._create_network(policy, labels)
         key = str(subnet.network_address + 2)
         grant = {
@@ -254,15 +257,21 @@ class ProxyGate:
                     raise SandboxError(f"create egress network: {exc.message}") from exc
         raise SandboxError(f"no free /28 left in {policy.subnets} for an egress network")
 
-    async def _ensure(self, policy: ProxyPolicy) -> None:
+    async def _ensure(self, policy: ProxyPolicy) -> list[str]:
+        """The proxy up and connected, the host rules in place (installed, or confirmed by
+        their marker: its host addresses, which every grant refuses too)."""
         async with self._lock:
             self._policy = policy
             bridge = await _ensure_upstream(self._api(), policy.upstream_network)
+            marked: list[str] = []
             if policy.manage_firewall:
                 await _install_firewall(bridge, rebuild=not self._firewall)
                 self._firewall = True
+            else:  # checked before every task network: fail closed once the marker goes
+                control = Path(policy.control_dir)
+                marked = await asyncio.to_thread(host_rules.confirmed, control, bridge)
             if self._writer is not None and not self._writer.is_closing():
-                return
+                return marked
             await self._ensure_container(policy)
             await self._connect(Path(policy.control_dir) / "sock" / "control.sock")
             for grant in list(self._grants.values()):  # a restarted proxy knows none of them
@@ -272,6 +281,16 @@ class ProxyGate:
                     log.warning("could not grant %s again: %s", grant["task"], exc)
             with contextlib.suppress(SandboxError, DockerError):
                 await self.sweep(policy)
+            return marked
+
+    async def confirm_host_rules(self, policy: ProxyPolicy) -> None:
+        """Readiness of a worker that does not install the host rules: SandboxError (why)
+        unless their marker is of this boot and names the upstream network's bridge."""
+        with _docker(f"inspect network {policy.upstream_network}"):
+            bridge = bridge_of(
+                await (await self._api().networks.get(policy.upstream_network)).show()
+            )
+        await asyncio.to_thread(host_rules.confirmed, Path(policy.control_dir), bridge)
 
     async def _reconnect_soon(self) -> None:
         """After the channel broke with grants live: make it again (the proxy restarts by
@@ -481,6 +500,29 @@ async def _ensure_upstream(api: aiodocker.Docker, name: str) -> str:
         await api.networks.create(config)
     with _docker(f"inspect network {name}"):
         return bridge_of(await (await api.networks.get(name)).show())
+
+
+async def install_host_rules(policy: ProxyPolicy) -> str:
+    """The host rules the worker installs itself when it may (`manage_firewall`), for a process
+    on the Docker host's network with NET_ADMIN (compose's `egress-firewall` one-shot, whose
+    worker cannot): the upstream network made when missing, both chains rebuilt for its bridge
+    (IPv4 and IPv6), then the marker a worker that cannot check them wants (`host_rules`:
+    this boot, the bridge, the host's addresses, read here in the host's namespace); removed
+    first, so a failed run leaves none. Idempotent; the upstream bridge's name."""
+    control = Path(policy.control_dir)
+    await asyncio.to_thread(host_rules.remove_marker, control)
+    try:
+        api = aiodocker.Docker()
+    except (ValueError, DockerError) as exc:
+        raise SandboxError(f"cannot find a Docker daemon: {exc}") from exc
+    try:
+        bridge = await _ensure_upstream(api, policy.upstream_network)
+    finally:
+        await api.close()
+    await _install_firewall(bridge, rebuild=True)
+    addresses = sorted(local_addresses())
+    await asyncio.to_thread(host_rules.write_marker, control, bridge, addresses)
+    return bridge
 
 
 async def _install_firewall(bridge: str, *, rebuild: bool) -> None:

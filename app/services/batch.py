@@ -125,12 +125,13 @@ async def _store(
     await image_admission.check_image_workers(redis, settings, images)  # or 503, none stored
     if fresh:
         async with sessions.begin() as session:
-            await backpressure.admit(session, settings, tenant, count=len(fresh))  # or 429
             for item in fresh:
                 row = new_task(tenant, item.body, item.spec)
                 row.idempotency_key = item.key
                 row.idempotency_fingerprint = item.fingerprint
                 stored[item.index] = await store_task(session, row, item.files)
+            # Last, as a single submission's: the tenant's lock is not held for the inserts.
+            await backpressure.admit(session, settings, tenant, count=len(fresh), added=True)
     await _enqueue(redis, list(stored.values()))
     rows = [stored.get(item.index) or found[item.key or ""] for item in items]
     return TaskBatchOut(

@@ -19,13 +19,16 @@ from app.db.engine import Sessions
 from app.episode_schemas import EpisodeCreate, EpisodeOut
 from app.errors import InvalidInput, NotFound
 from app.ids import new_task_id, utc_now
-from app.resolve import check_inputs, resolve_spec
-from app.scoring.registry import scorer_for
-from app.scoring.types import is_deferred
+from app.resolve import check_inputs, dotted, resolve_spec
+from app.scoring.judge import LlmJudgeScorer
+from app.scoring.python_code import PythonScorer
 from app.services import backpressure
+from app.services.experiment_scoring import build_scorer, json_safe, scorer_problems
 from app.specs import TaskSpec, read_spec, stored
 
 ACTIVE = ("opening", "open")
+DEFERRED_KINDS = frozenset({LlmJudgeScorer.kind, PythonScorer.kind})
+"""The deferred scorers' kinds (`app.scoring.types.is_deferred`): the worker runs them."""
 INFRASTRUCTURE = "infrastructure"
 
 
@@ -37,6 +40,9 @@ class Opening:
     prompt: str
     spec: TaskSpec
     inputs: list[tuple[str, bytes]]
+    scorer: dict[str, Any] | None = None
+    """The reward's scorer spec: a deferred one is run by the worker once the loop ends."""
+    ground_truth: Any = None
 
 
 def new_episode_id() -> str:
@@ -63,12 +69,7 @@ def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.Epis
     spec = resolve_spec(task, settings, tenant=tenant)
     inputs = check_inputs(task, settings)
     if body.scorer is not None:
-        try:
-            scorer = scorer_for(body.scorer)
-        except ValueError as exc:
-            raise InvalidInput(f"scorer: {exc}") from exc
-        if is_deferred(scorer):
-            raise InvalidInput(f"scorer: {scorer.kind!r} is not available for episodes yet")
+        _check_scorer(body.scorer, settings)
     row = models.EpisodeRow(
         id=new_episode_id(),
         tenant_id=tenant,
@@ -82,6 +83,25 @@ def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.Epis
         ground_truth=body.ground_truth,
     )
     return row
+
+
+def _check_scorer(spec: dict[str, Any], settings: Settings) -> None:
+    """As an experiment's scorer is checked: its options under this server's limits (a
+    `python` one's code size, timeout, memory), an `llm_judge`'s profile and model."""
+    try:
+        scorer = build_scorer(spec, settings)
+    except ValueError as exc:
+        raise InvalidInput(f"scorer: {exc}") from exc
+    problems = scorer_problems(scorer, settings)
+    if problems:
+        found = "; ".join(f"{dotted(p['loc'][1:])}: {p['msg']}" for p in problems)
+        raise InvalidInput(found, details=problems)
+
+
+def has_deferred_scorer(row: models.EpisodeRow) -> bool:
+    """Whether a worker scores the episode's submitted answer (`llm_judge`, `python`)
+    before it answers the final step."""
+    return row.scorer is not None and row.scorer.get("kind") in DEFERRED_KINDS
 
 
 async def store(sessions: Sessions, settings: Settings, row: models.EpisodeRow) -> None:
@@ -113,7 +133,8 @@ async def assign(sessions: Sessions, episode_id: str, worker: str) -> Opening | 
             return None
         data: dict[str, Any] = row.spec
         inputs = [(str(path), base64.b64decode(blob)) for path, blob in data["inputs"]]
-        return Opening(row.id, row.prompt, read_spec(data["task"]), inputs)
+        spec = read_spec(data["task"])
+        return Opening(row.id, row.prompt, spec, inputs, row.scorer, row.ground_truth)
 
 
 async def end(
@@ -147,6 +168,18 @@ async def end(
             .returning(models.EpisodeRow.id)
         )
     return ended is not None
+
+
+async def record_reward(sessions: Sessions, episode_id: str, reward: dict[str, Any]) -> bool:
+    """Store a deferred scorer's result once; False when one was already stored."""
+    async with sessions.begin() as session:
+        written = await session.scalar(
+            update(models.EpisodeRow)
+            .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.reward.is_(None))
+            .values(reward=json_safe(reward), updated_at=utc_now())
+            .returning(models.EpisodeRow.id)
+        )
+    return written is not None
 
 
 async def close_done(sessions: Sessions, episode_id: str) -> None:

@@ -2,13 +2,22 @@
 
 Whatever keeps an answer from coming (no worker took the episode, its worker died,
 no answer in time) ends the episode with an infrastructure error before the 503, so
-the row never says `open` for a sandbox nobody holds.
+the row never says `open` for a sandbox nobody holds. When the worker had ended it first
+(the loop ended, then the worker died scoring the answer, or its answer was lost), the
+row's end is the answer instead: the final step's shape (`done`, its `finish_reason`),
+without its messages (`_ended_meanwhile`).
+
+A step of an episode with a deferred scorer waits `episode_step_timeout_s` like any
+other; only while its worker holds the episode's scoring lease (the step was the final
+one and the answer is being scored) does it wait up to `experiment_scoring_timeout_s`
+longer (`_wait`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -52,8 +61,8 @@ async def open_episode(
     reply_key = await bus.request_open(redis, row.id, image, ttl_s=ttl_s)
     reply = await bus.wait_reply(redis, reply_key, timeout_s=settings.episode_open_timeout_s)
     if reply is None:
-        await _lost(sessions, redis, row.id, "no worker opened the episode in time")
-    elif "failure" in reply:
+        reply = await _lost(sessions, redis, row, "no worker opened the episode in time")
+    if "failure" in reply:
         raise Unavailable(f"the episode could not be opened: {reply['failure']}", RETRY_S)
     elif reply["done"]:  # the sandbox never became ready: the worker ended the episode
         raise Unavailable(
@@ -96,6 +105,7 @@ async def step(
             worker,
             {"op": "step", "episode_id": row.id, "message": message},
             settings.episode_step_timeout_s,
+            settings.experiment_scoring_timeout_s if rows.has_deferred_scorer(row) else 0.0,
         )
     except (Conflict, Unavailable):
         HOLDERS.forget(episode_id)
@@ -150,51 +160,94 @@ async def _call(
     worker: str,
     request: dict[str, Any],
     timeout_s: float,
+    scoring_s: float = 0.0,
 ) -> dict[str, Any]:
+    """The worker's reply; `scoring_s`: how much longer to wait while it scores."""
+
     async def alive() -> bool:
         return bool(await leases.alive(redis, [worker]))
 
     reply_key = await bus.send_to_live(redis, worker, request)
     if reply_key is None:
-        await _lost(sessions, redis, row.id, f"its worker {worker} is gone")
-    assert reply_key is not None
+        return await _lost(sessions, redis, row, f"its worker {worker} is gone")
     reply = await bus.wait_reply(redis, reply_key, timeout_s=timeout_s, alive=alive)
+    if reply is None and scoring_s > 0:
+        reply = await _wait_scoring(redis, row.id, reply_key, scoring_s, alive)
     if reply is None:
         if request["op"] != "close":  # it may still be alive, only stuck: free the sandbox
             await bus.send(redis, worker, {"op": "close", "episode_id": row.id})
-        await _lost(sessions, redis, row.id, f"no answer from its worker {worker}")
-    assert reply is not None
+        return await _lost(sessions, redis, row, f"no answer from its worker {worker}")
     if reply.get("failure") == "unknown episode":
         # The worker no longer holds it: it ended there (the row says how) or was lost.
         fresh = await rows.find(sessions, row.tenant_id, row.id)
         if fresh.status in rows.ACTIVE:
-            await _lost(sessions, redis, row.id, f"its worker {worker} no longer holds it")
+            return await _lost(sessions, redis, row, f"its worker {worker} no longer holds it")
         raise Conflict(f"the episode is {fresh.status} ({fresh.finish_reason}); no more steps")
     if "failure" in reply:
         raise Unavailable(str(reply["failure"]), RETRY_S)
     return reply
 
 
-async def _lost(sessions: Sessions, redis: Redis, episode_id: str, why: str) -> None:
-    """End the episode as an infrastructure failure and answer 503."""
-    await rows.end(
+async def _wait_scoring(
+    redis: Redis,
+    episode_id: str,
+    reply_key: str,
+    extra_s: float,
+    alive: Callable[[], Awaitable[bool]],
+) -> dict[str, Any] | None:
+    """Past the step's own timeout: wait on (up to `extra_s`) while the worker says, by the
+    episode's scoring lease, that it scores the final step's answer; one slice more once
+    it stops saying so (the reward is stored just before the answer is sent)."""
+    deadline = time.monotonic() + extra_s
+    while time.monotonic() < deadline and await bus.scoring(redis, [episode_id]):
+        left = min(bus.WAIT_SLICE_S, deadline - time.monotonic())
+        reply = await bus.wait_reply(redis, reply_key, timeout_s=left, alive=alive)
+        if reply is not None or not await alive():
+            return reply
+    return await bus.wait_reply(redis, reply_key, timeout_s=bus.WAIT_SLICE_S)
+
+
+async def _lost(
+    sessions: Sessions, redis: Redis, row: models.EpisodeRow, why: str
+) -> dict[str, Any]:
+    """End the episode as an infrastructure failure and answer 503; or, when it had ended
+    already (its worker ended it first), the row's end as the reply."""
+    if not await rows.end(
         sessions,
-        episode_id,
+        row.id,
         status="done",
         finish_reason="worker_lost",
         error=f"infrastructure: {why}",
         error_kind=rows.INFRASTRUCTURE,
-    )
-    log.warning("episode %s ended: %s", episode_id, why)
+    ):
+        return await _ended_meanwhile(sessions, row, why)
+    log.warning("episode %s ended: %s", row.id, why)
     raise Unavailable(
-        f"episode {episode_id} ended: {why} (an infrastructure failure)",
+        f"episode {row.id} ended: {why} (an infrastructure failure)",
         RETRY_S,
         details={
-            "episode_id": episode_id,
+            "episode_id": row.id,
             "error_kind": rows.INFRASTRUCTURE,
             "finish_reason": "worker_lost",
         },
     )
+
+
+async def _ended_meanwhile(sessions: Sessions, row: models.EpisodeRow, why: str) -> dict[str, Any]:
+    """A reply like a final step's from the row, which its worker ended before the answer
+    was lost (typically: submitted, then the worker died while it scored; `/reward` then
+    answers the real result, `pending` meanwhile): `done`, the row's `finish_reason`,
+    `error` and `error_kind`, no messages (the final tool result is lost)."""
+    fresh = await rows.find(sessions, row.tenant_id, row.id)
+    log.warning("episode %s: %s, but it had ended (%s)", row.id, why, fresh.finish_reason)
+    return {
+        "done": True,
+        "messages": [],
+        "finish_reason": fresh.finish_reason,
+        "error": fresh.error,
+        "error_kind": fresh.error_kind,
+        "timings": {},
+    }
 
 
 __all__ = ["close", "open_episode", "step"]

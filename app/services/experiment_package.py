@@ -120,7 +120,9 @@ def package_config(mode: str, spec: TaskSpec | None, settings: Settings) -> Pack
         mode=PACKAGE_MODES[mode],
         docker_image=spec.sandbox.image if sandbox else None,
         llm_name=spec.llm.model,
-        llm_base_url=None,  # the operator's endpoint is not a tenant's to see
+        # An arm's own rollout server is the tenant's (it named it); the profile's
+        # endpoint is the operator's, not a tenant's to see.
+        llm_base_url=spec.llm.base_url,
         max_steps=spec.limits.max_steps if sandbox else None,
         temperature=spec.llm.temperature,
         max_token_limit=spec.limits.max_context_tokens if sandbox else None,

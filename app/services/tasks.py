@@ -67,10 +67,11 @@ async def submit_task(
     await image_admission.check_image_workers(redis, settings, [spec.sandbox.image_name])
     try:
         async with sessions.begin() as session:
-            await backpressure.admit(session, settings, tenant)  # 429 when over a limit
             task = await store_task(
                 session, _new_task(tenant, body, spec, idempotency_key, submitted), files
             )
+            # Last: the tenant's lock is held from here to the commit (429 rolls back).
+            await backpressure.admit(session, settings, tenant, added=True)
     except IntegrityError:
         # Two requests raced with one key: the unique constraint let only one in.
         if idempotency_key is None or not (

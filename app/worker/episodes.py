@@ -4,7 +4,8 @@ their step and close requests from this worker's own list, and reap the idle one
 Every request is answered exactly once, on its reply key. Requests of one episode run
 one at a time (its lock); different episodes' run side by side. The row is written
 before the answer when the episode ends, so what the API reads after an answer is already
-true; open episodes' step counts are written after it, about once a second, all at once.
+true (a deferred scorer's reward included, `app.worker.episodes_reward`); open episodes'
+step counts are written after it, about once a second, all at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -23,6 +24,7 @@ from app.services import episodes as rows
 from app.services import episodes_counts
 from app.worker.context import WorkerContext
 from app.worker.episodes_live import LiveEpisode
+from app.worker.episodes_reward import needs_scoring, score_ended, scoring_lease
 
 log = logging.getLogger(__name__)
 BLOCK_MS = 200
@@ -45,6 +47,8 @@ class EpisodeServer:
         self.counts: dict[str, int] = {}
         """Open episodes' step counts not written yet (`_write_counts`)."""
         self.opening = 0
+        self.scoring = 0
+        """Ended episodes whose deferred scorer runs: they hold their slot until it is done."""
 
     def halt(self) -> None:
         """Stop serving even though the worker's own stop was not asked (a burst's end)."""
@@ -76,7 +80,7 @@ class EpisodeServer:
                 await self._pause(PAUSE_S)
 
     async def _open_one(self, group: asyncio.TaskGroup) -> None:
-        if len(self.live) + self.opening >= self.ctx.settings.episode_slots:
+        if len(self.live) + self.opening + self.scoring >= self.ctx.settings.episode_slots:
             await asyncio.sleep(BLOCK_MS / 1000)
             return
         request = await bus.claim_open(self.ctx.redis, self.ctx.name, block_ms=BLOCK_MS)
@@ -96,7 +100,7 @@ class EpisodeServer:
         try:
             opening = await rows.assign(self.ctx.sessions, request.episode_id, self.ctx.name)
             if opening is None:  # ended (the API gave up) before a worker got to it
-                await bus.answer(self.ctx.redis, request.reply, {"failure": "episode ended"})
+                await self._answer(request.reply, {"failure": "episode ended"})
                 return
             episode = LiveEpisode(self.ctx.runner, opening, self.ctx.name, self.ctx.instance)
             self.live[episode.id] = episode
@@ -104,18 +108,21 @@ class EpisodeServer:
                 reply = await episode.start()
                 if reply["done"]:
                     await self._finish(episode, reply)
-            await bus.answer(self.ctx.redis, request.reply, reply)
+            await self._answer(request.reply, reply)
         except Exception as exc:
             log.exception("could not open episode %s", request.episode_id)
-            await rows.end(
-                self.ctx.sessions,
-                request.episode_id,
-                status="done",
-                finish_reason="sandbox_error",
-                error=f"could not open the episode: {exc!r}",
-                error_kind=rows.INFRASTRUCTURE,
-            )
-            await bus.answer(self.ctx.redis, request.reply, {"failure": "could not open"})
+            try:
+                await rows.end(
+                    self.ctx.sessions,
+                    request.episode_id,
+                    status="done",
+                    finish_reason="sandbox_error",
+                    error=f"could not open the episode: {exc!r}",
+                    error_kind=rows.INFRASTRUCTURE,
+                )
+            except Exception:  # not raised in a TaskGroup child: the API ends it on its call
+                log.exception("could not end episode %s", request.episode_id)
+            await self._answer(request.reply, {"failure": "could not open"})
         finally:
             self.opening -= 1
 
@@ -128,7 +135,7 @@ class EpisodeServer:
         reply_key = str(request["reply"])
         episode = self.live.get(str(request.get("episode_id")))
         if episode is None:
-            await bus.answer(self.ctx.redis, reply_key, {"failure": "unknown episode"})
+            await self._answer(reply_key, {"failure": "unknown episode"})
             return
         try:
             if request.get("op") == "close":
@@ -139,9 +146,18 @@ class EpisodeServer:
         except Exception as exc:
             log.exception("episode %s: request failed", episode.id)
             reply = {"failure": f"the worker failed: {exc!r}"}
-        await bus.answer(self.ctx.redis, reply_key, reply)
+        await self._answer(reply_key, reply)
         if reply.get("done") is False:
             self.counts[episode.id] = len(episode.outcome.steps)
+
+    async def _answer(self, reply_key: str, payload: dict[str, Any]) -> None:
+        """Answer a request; a failure is logged, never raised: raised in a TaskGroup child,
+        it would cancel every sibling (the other episodes' steps and scorings) and stop this
+        server. The API, with no answer, ends the episode or reads how it ended."""
+        try:
+            await bus.answer(self.ctx.redis, reply_key, payload)
+        except (RedisError, OSError) as exc:
+            log.warning("could not answer %s: %r", reply_key, exc)
 
     async def _write_counts(self) -> None:
         """Every `STEPS_EVERY_S`, the step counts that changed, in one transaction
@@ -165,19 +181,44 @@ class EpisodeServer:
             return reply
 
     async def _finish(self, episode: LiveEpisode, reply: dict[str, Any]) -> None:
-        """The loop ended: the row says so (with the answer) before anyone is told."""
-        await rows.end(
-            self.ctx.sessions,
-            episode.id,
-            status="done",
-            finish_reason=str(reply["finish_reason"]),
-            error=reply.get("error"),
-            error_kind=reply.get("error_kind"),
-            answer=episode.answer(self.ctx.settings.answer_max_bytes),
-            steps=len(episode.outcome.steps),
-        )
-        self.live.pop(episode.id, None)
-        self.counts.pop(episode.id, None)
+        """The loop ended: the row says so (with the answer) before anyone is told; then a
+        deferred scorer (`llm_judge`, `python`) runs and its result is stored, so the final
+        step's answer means the reward is ready (other episodes step meanwhile). Its scoring
+        lease is taken before the row says `done`: no moment shows a submitted answer with
+        neither a reward nor a scorer behind it."""
+        answer = episode.answer(self.ctx.settings.answer_max_bytes)
+        reason = str(reply["finish_reason"])
+        scored = needs_scoring(self.ctx.settings, episode.opening, reason, answer)
+        async with scoring_lease(self.ctx, episode.id) if scored else nullcontext():
+            ended = await rows.end(
+                self.ctx.sessions,
+                episode.id,
+                status="done",
+                finish_reason=reason,
+                error=reply.get("error"),
+                error_kind=reply.get("error_kind"),
+                answer=answer,
+                steps=len(episode.outcome.steps),
+            )
+            self.live.pop(episode.id, None)
+            self.counts.pop(episode.id, None)
+            if ended and scored:
+                assert answer is not None
+                await self._score(episode.opening, answer, reply)
+
+    async def _score(self, opening: rows.Opening, answer: str, reply: dict[str, Any]) -> None:
+        """Run the deferred scorer (its episode slot held meanwhile); its time in the
+        final step's timings."""
+        self.scoring += 1
+        started = time.monotonic()
+        try:
+            await score_ended(self.ctx, opening, answer)
+        finally:
+            self.scoring -= 1
+        if "timings" in reply:  # the step's whole time in the worker includes the scoring
+            score_ms = int((time.monotonic() - started) * 1000)
+            reply["timings"]["score_ms"] = score_ms
+            reply["timings"]["worker_ms"] += score_ms
 
     async def _close(
         self, episode: LiveEpisode, status: str, reason: str, error_kind: str | None

@@ -67,6 +67,7 @@ class LiveEpisode:
     def __init__(self, runner: Runner, opening: Opening, worker: str, instance: str) -> None:
         self.id = opening.id
         self.spec = opening.spec
+        self.opening = opening
         created = datetime.now(UTC).replace(microsecond=0).isoformat()
         labels = {
             INSTANCE_LABEL: instance,

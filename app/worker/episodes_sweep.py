@@ -14,6 +14,12 @@ and the tenant's cap is freed even if nobody calls the episode again:
 A worker also ends, once at its start, the episodes the rows say it holds (`end_own`):
 a worker restarted under the same name holds none of its predecessor's.
 
+Submitted answers of a deferred scorer (`llm_judge`, `python`) with no reward and no
+scoring lease (`app.bus.episodes.scoring`, checked twice as heartbeats are) get the
+infrastructure error as their reward: their worker died (or could not store it) before it
+scored, and nobody else ever will. `end_own` stores it at once for its own (its
+predecessor's lease may not have lapsed yet, but it scores nothing any more).
+
 Ending goes through `services.episodes.end`, which changes only an active row: an
 episode the API or its worker ended meanwhile keeps that end.
 """
@@ -24,11 +30,11 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from app.bus import episodes as bus
 from app.bus import leases
 from app.ids import utc_now
-from app.services import episodes, episodes_sweep
+from app.services import episodes, episodes_reward, episodes_sweep
 from app.worker.context import WorkerContext
-from app.worker.reaping import CONFIRM_FACTOR
 
 log = logging.getLogger(__name__)
 SETTLE_S = 30.0
@@ -40,7 +46,10 @@ async def sweep(ctx: WorkerContext) -> list[str]:
     ended = await _orphans(ctx) + await _unclaimed(ctx)
     if ended:
         log.warning("episode sweep ended %d episodes: %s", len(ended), ended[:10])
-    return ended
+    lost = await _unscored(ctx)
+    if lost:
+        log.warning("episode sweep: %d rewards nobody scores: %s", len(lost), lost[:10])
+    return ended + lost
 
 
 async def end_own(ctx: WorkerContext) -> list[str]:
@@ -48,6 +57,11 @@ async def end_own(ctx: WorkerContext) -> list[str]:
     ended = []
     for episode_id in await episodes.open_on(ctx.sessions, ctx.name):
         if await _end(ctx, episode_id, f"its worker {ctx.name} restarted"):
+            ended.append(episode_id)
+    unscored = await episodes_sweep.unscored(ctx.sessions, ctx.name)
+    for episode_id, kind in unscored.items():
+        why = f"its worker {ctx.name} restarted before it scored (found at its start)"
+        if await episodes_reward.store_lost(ctx.sessions, episode_id, kind, why):
             ended.append(episode_id)
     if ended:
         log.warning("ended %d episodes of this worker's previous run: %s", len(ended), ended[:10])
@@ -59,7 +73,7 @@ async def _orphans(ctx: WorkerContext) -> list[str]:
     dead = set(by_worker) - await leases.alive(ctx.redis, by_worker)
     if not dead:
         return []
-    await asyncio.sleep(ctx.settings.worker_heartbeat_s * CONFIRM_FACTOR)
+    await asyncio.sleep(ctx.settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
     dead -= await leases.alive(ctx.redis, dead)
     ended = []
     for worker in sorted(dead):
@@ -67,6 +81,22 @@ async def _orphans(ctx: WorkerContext) -> list[str]:
             if await _end(ctx, episode_id, f"its worker {worker} is gone"):
                 ended.append(episode_id)
     return ended
+
+
+async def _unscored(ctx: WorkerContext) -> list[str]:
+    """Store the infrastructure error as the reward nobody will score (no lease, twice)."""
+    unscored = await episodes_sweep.unscored(ctx.sessions)
+    lost = set(unscored) - await bus.scoring(ctx.redis, unscored)
+    if not lost:
+        return []
+    await asyncio.sleep(ctx.settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
+    lost -= await bus.scoring(ctx.redis, lost)
+    stored = []
+    for episode_id in sorted(lost):
+        why = "its worker was lost before it scored (found by the episode sweep)"
+        if await episodes_reward.store_lost(ctx.sessions, episode_id, unscored[episode_id], why):
+            stored.append(episode_id)
+    return stored
 
 
 async def _unclaimed(ctx: WorkerContext) -> list[str]:

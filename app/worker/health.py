@@ -7,7 +7,9 @@ every `worker_ready_check_s` and stores the results here; `/readyz` only reads
 them. A worker whose Docker daemon went away turns not ready within one
 interval, and ready again once the daemon answers; meanwhile it claims no task
 (`docker_lost`), which would only end as a sandbox error, and leaves them to
-workers that can run them.
+workers that can run them. A worker that does not install the host rules of egress
+by domain name itself also reports `egress`: whether their marker confirms them
+(`app.sandbox.host_rules`); without it only tasks with `allow_domains` fail.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from collections.abc import Awaitable
 
 from sqlalchemy import text
 
+from app.config import Settings
+from app.errors import SandboxError
+from app.sandbox.egress_proxy import proxy_policy
 from app.worker.context import WorkerContext
 
 CHECK_TIMEOUT_S = 5.0
@@ -55,7 +60,27 @@ class Readiness:
         """Probe every backend at once, each bounded by CHECK_TIMEOUT_S, and record the results."""
         probes = (_ping_postgres(ctx), ctx.redis.ping(), ctx.docker.ping())
         results = await asyncio.gather(*(_probe(p) for p in probes))
-        self.record(dict(zip(BACKENDS, results, strict=True)))
+        found = dict(zip(BACKENDS, results, strict=True))
+        if checks_marker(ctx.settings):
+            found["egress"] = await _egress_rules(ctx)
+        self.record(found)
+
+
+def checks_marker(settings: Settings) -> bool:
+    """Egress by domain name is on and someone else installs its host rules (compose)."""
+    s = settings
+    return s.sandbox_egress_enabled and s.sandbox_egress_proxy and not s.sandbox_egress_firewall
+
+
+async def _egress_rules(ctx: WorkerContext) -> str:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            await ctx.docker.egress_gate.confirm_host_rules(proxy_policy(ctx.settings))
+    except TimeoutError:
+        return f"no answer within {CHECK_TIMEOUT_S:.0f} s"
+    except SandboxError as exc:
+        return f"failed: {exc.message} (tasks with allow_domains fail; the others run)"
+    return "ok"
 
 
 async def _probe(probe: Awaitable[object]) -> str:

@@ -16,7 +16,9 @@ import os
 import signal
 import socket
 import time
-from contextlib import suppress
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, suppress
+from typing import Protocol
 
 from redis.exceptions import RedisError
 
@@ -24,7 +26,7 @@ from app import logs, metrics
 from app.bus import leases, queue
 from app.bus.queue import Claim
 from app.config import Settings
-from app.episode import open_runner
+from app.episode import Runner, open_runner
 from app.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.sandbox.pool import pool_labels
@@ -62,9 +64,27 @@ def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+class OpenRunner(Protocol):
+    """How a worker opens its `Runner` (Docker host, warm pool, model client) for its life:
+    `app.episode.open_runner`'s signature."""
+
+    def __call__(
+        self, settings: Settings, *, warm_labels: Mapping[str, str] | None = None
+    ) -> AbstractAsyncContextManager[Runner]: ...
+
+
 class Worker:
-    def __init__(self, settings: Settings, readiness: Readiness | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        readiness: Readiness | None = None,
+        *,
+        runner: OpenRunner = open_runner,
+    ) -> None:
+        """`runner`: `open_runner` (the local Docker daemon) unless a caller brings another
+        host; bench/scale.py's workers run over an in-process stand-in sandbox."""
         self.settings = settings
+        self._open_runner = runner
         self.readiness = readiness or Readiness()
         """What the worker's /readyz reports (`app.worker.health`)."""
         self.name = settings.worker_name or default_name()
@@ -94,7 +114,7 @@ class Worker:
         warm_labels = pool_labels(s.instance_name(), self.name)
         async with open_resources(s) as res:
             try:
-                async with open_runner(s, warm_labels=warm_labels) as runner:
+                async with self._open_runner(s, warm_labels=warm_labels) as runner:
                     await runner.docker.ping()
                     ctx = WorkerContext.of(res, runner, self.name, s.instance_name())
                     runner.docker.egress_gate.on_blocked = BlockedRecorder(res.sessions, res.redis)

@@ -25,8 +25,6 @@ from app.states import TaskStatus, is_terminal
 from app.worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
-CONFIRM_FACTOR = 1.5
-"""A missing heartbeat is confirmed this many heartbeat periods later."""
 
 
 async def reap(ctx: WorkerContext, mine: Collection[str]) -> list[str]:
@@ -51,7 +49,7 @@ async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[st
     removed = await reaper.remove_all(ctx.docker, finished)
     orphans = await _without_live_worker(ctx, [c for c in found if c not in finished])
     if orphans:
-        await asyncio.sleep(ctx.settings.worker_heartbeat_s * CONFIRM_FACTOR)
+        await asyncio.sleep(ctx.settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
         orphans = await _without_live_worker(ctx, orphans)
         removed += await reaper.remove_all(ctx.docker, orphans)
     if removed:

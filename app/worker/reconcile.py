@@ -9,8 +9,12 @@ twice is harmless: a worker acks a message whose task another holds or ended.
 
 A queued task whose image is no longer in the catalogue would wait forever (no worker
 reads its stream): it fails `sandbox_error`, `image_unavailable: ...`
-(`services.image_failures`). Never while the catalogue file is unreadable: a typo
-in the file must not fail every task of every other image.
+(`services.image_failures`). So does a running one whose worker died: its message stays
+pending on that stream, which no worker reclaims from. Only the attempt seen unleased for a
+whole lease period, and only while still no lease is held (both checked again under the
+row's lock): a worker whose catalogue still lists the image (a rollout) may have taken the
+message back and started the next attempt meanwhile. Never while the catalogue file is
+unreadable: a typo in the file must not fail every task of every other image.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ SETTLE_S = 5.0
 class Reconciler:
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.unleased_since: dict[str, float] = {}
+        self.unleased_since: dict[tuple[str, int], float] = {}
+        """(task id, attempt) -> when first seen running without a lease."""
 
     async def run_once(self) -> list[str]:
         """Enqueue what Postgres says must run but Redis does not have; the ids enqueued."""
@@ -50,7 +55,13 @@ class Reconciler:
         on_queue = await queue.queued_task_ids(ctx.redis, known or ())
         running = [task_id for task_id, status in tasks.items() if status == TaskStatus.running]
         leased = await leases.held(ctx.redis, running)
-        lost = self._unleased_for_a_lease(set(running) - leased - on_queue)
+        states = await attempts.task_states(ctx.sessions, set(running) - leased)
+        unleased = {
+            (task_id, attempt)
+            for task_id, (status, attempt) in states.items()
+            if status == TaskStatus.running
+        }
+        lost = self._unleased_for_a_lease(unleased)
         missing = [
             task_id
             for task_id, status in tasks.items()
@@ -62,7 +73,7 @@ class Reconciler:
         if missing:
             log.warning("reconciliation enqueued %d tasks: %s", len(missing), missing[:10])
         if known is not None:
-            await self._fail_removed_images(known)
+            await self._fail_removed_images(known, lost)
         return missing
 
     def _catalogue_streams(self) -> list[str] | None:
@@ -73,8 +84,9 @@ class Reconciler:
             log.warning("reconciliation reads no catalogue: %s", exc)
             return None
 
-    async def _fail_removed_images(self, known: list[str]) -> None:
-        """Fail the queued tasks on the streams of images the catalogue no longer has."""
+    async def _fail_removed_images(self, known: list[str], lost: dict[str, int]) -> None:
+        """Fail the queued tasks, and the `lost` running ones (a dead worker's), on the
+        streams of images the catalogue no longer has."""
         ctx = self.ctx
         for stream in await queue.all_streams(ctx.redis, known):
             if stream in known:
@@ -83,18 +95,19 @@ class Reconciler:
             image = keys.image_of(stream)
             failed = set(
                 await image_failures.fail_unavailable(
-                    ctx.sessions, ctx.redis, set(messages.values()), image
+                    ctx.sessions, ctx.redis, set(messages.values()), image, lost=lost
                 )
             )
             ended = [message for message, task_id in messages.items() if task_id in failed]
             await queue.drop(ctx.redis, stream, ended)
 
-    def _unleased_for_a_lease(self, unleased: set[str]) -> set[str]:
-        """Of these running tasks without a lease, those seen so for a whole lease period."""
+    def _unleased_for_a_lease(self, unleased: set[tuple[str, int]]) -> dict[str, int]:
+        """Of these running (task, attempt)s without a lease, those seen so for a whole lease
+        period: task id -> attempt. A new attempt starts the wait again."""
         now = time.monotonic()
-        for task_id in list(self.unleased_since):
-            if task_id not in unleased:
-                del self.unleased_since[task_id]
-        since = {task_id: self.unleased_since.setdefault(task_id, now) for task_id in unleased}
+        for seen in list(self.unleased_since):
+            if seen not in unleased:
+                del self.unleased_since[seen]
+        since = {seen: self.unleased_since.setdefault(seen, now) for seen in unleased}
         lease = self.ctx.settings.worker_lease_s
-        return {task_id for task_id, first in since.items() if now - first >= lease}
+        return {task: attempt for (task, attempt), first in since.items() if now - first >= lease}

@@ -14,14 +14,17 @@ Anything else a scorer raises is that item's scorer error at once, never a retry
 
 Dispatch by the scorer's kind: `llm_judge` through the Runner's model clients
 (`app.worker.judge`), `python` in a fresh sandbox on this worker's Docker host
-(`app.sandbox.python_scorer`); a built-in scorer (after a regrade) in-line.
+(`app.sandbox.python_scorer`); a built-in scorer (after a regrade) in-line. `score_with`
+is that dispatch for one answer, also used for episodes' rewards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from contextlib import suppress
+from typing import Any
 
 from aiodocker.exceptions import DockerError
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -104,13 +107,8 @@ async def _release(ctx: WorkerContext, claimed: Claimed) -> None:
 
 
 async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
-    """The claimed answer's score, or why the scorer could not give one.
-
-    Whatever the scorer raises is the item's scorer error (with the exception's type),
-    except a failure of this worker's infrastructure (Docker or the network unreachable:
-    OSError, aiodocker's DockerError), which propagates so the item is claimed again, by
-    this worker or another, at most `experiment_scoring_max_claims` times in all.
-    """
+    """The claimed answer's score, or why the scorer could not give one (`score_with`),
+    after at most `experiment_scoring_max_claims` claims of the item in all."""
     limit = ctx.settings.experiment_scoring_max_claims
     if claimed.claims > limit:
         return ScorerError(
@@ -122,11 +120,26 @@ async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
         scorer = stored_scorer(claimed.scorer, ctx.settings)
     except ValueError as exc:  # a stored spec this version cannot build
         return ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
+    return await score_with(ctx, scorer, claimed.answer, claimed.row)
+
+
+async def score_with(
+    ctx: WorkerContext, scorer: Scorer, answer: str | None, row: Mapping[str, Any]
+) -> Score | ScorerError:
+    """`scorer`'s score of `answer` for `row`, or why it could not give one, within
+    `experiment_scoring_timeout_s`: the entry point of every deferred scoring (an
+    experiment's item, an episode's reward, `app.worker.episodes_reward`).
+
+    Whatever the scorer raises is the answer's scorer error (with the exception's type),
+    except a failure of this worker's infrastructure (Docker or the network unreachable:
+    OSError, aiodocker's DockerError, `RETRIED_ERRORS`), which propagates: the caller
+    decides (an experiment's item is claimed again, by this worker or another).
+    """
     timeout_s = ctx.settings.experiment_scoring_timeout_s
     try:
         with metrics.scoring(scorer.kind):
             async with asyncio.timeout(timeout_s):
-                return await _dispatch(ctx, scorer, claimed)
+                return await _dispatch(ctx, scorer, answer, row)
     except ScorerError as exc:
         return exc
     except TimeoutError:
@@ -142,15 +155,15 @@ async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
         return ScorerError(f"scorer {scorer.kind!r} failed: {type(exc).__name__}: {exc}"[:1000])
 
 
-async def _dispatch(ctx: WorkerContext, scorer: Scorer, claimed: Claimed) -> Score:
+async def _dispatch(
+    ctx: WorkerContext, scorer: Scorer, answer: str | None, row: Mapping[str, Any]
+) -> Score:
     if isinstance(scorer, LlmJudgeScorer):
-        return await judge(ctx.runner, scorer, claimed.answer, claimed.row)
+        return await judge(ctx.runner, scorer, answer, row)
     if isinstance(scorer, PythonScorer):
         image = ctx.settings.sandbox_image
         # The worker's labels: if this process dies before the container's deadline runs
         # (between its create and start), the reaper removes it once the worker is gone.
         labels = {INSTANCE_LABEL: ctx.instance, WORKER_LABEL: ctx.name}
-        return await score_in_sandbox(
-            ctx.docker, image, scorer, claimed.answer, claimed.row, labels=labels
-        )
-    return score_answer(scorer, claimed.answer, claimed.row)  # a built-in, after a regrade
+        return await score_in_sandbox(ctx.docker, image, scorer, answer, row, labels=labels)
+    return score_answer(scorer, answer, row)  # a built-in, after a regrade

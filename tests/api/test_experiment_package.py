@@ -19,6 +19,9 @@ from tests.support.experiments import experiment
 
 # row -> (arm a's answer, arm b's answer); ground truths 2, 4, 6; None: no answer (an error)
 ANSWERS = {"q1": ("\\boxed{2}", "\\boxed{2}"), "q2": ("\\boxed{4}", "5"), "q3": (None, "7")}
+ARM_ANSWER = {"a": 0, "b": 1, "c": 0}
+ROLLOUT_URL = "http://127.0.0.1:9/trainer/v1"
+"""A rollout server the arm names itself (allowed by the operator): the tenant's to see."""
 PACKAGE_KEYS = {"config", "task", "total", "mean_score", "num_errors", "elapsed_time_seconds"}
 CONFIG_KEYS = {
     "mode",
@@ -44,7 +47,7 @@ async def end_tasks(sessions: Sessions, exp_id: str) -> None:
             )
         )
         for row_id, arm, task_id in started:
-            answer = ANSWERS[row_id][0 if arm == "a" else 1]
+            answer = ANSWERS[row_id][ARM_ANSWER[arm]]
             await session.execute(
                 update(models.Task)
                 .where(models.Task.id == task_id)
@@ -55,14 +58,18 @@ async def end_tasks(sessions: Sessions, exp_id: str) -> None:
 async def test_each_arm_as_the_package_reports_it(
     make_settings: Callable[..., Settings], sessions: Sessions
 ) -> None:
-    settings = make_settings(llm_base_url="http://me:secret@127.0.0.1:9/v1?key=hidden#x")
+    settings = make_settings(
+        llm_base_url="http://me:secret@127.0.0.1:9/v1?key=hidden#x",
+        llm_allowed_base_urls=[ROLLOUT_URL],
+    )
     arms = [
         {"name": "a", "task": {"limits": {"max_steps": 5}, "llm": {"temperature": 0.7}}},
         {"name": "b", "mode": "vanilla", "task": {"llm": {"max_tokens_per_call": 300}}},
+        {"name": "c", "task": {"llm": {"base_url": ROLLOUT_URL}}},
     ]
     async with serve(create_app(settings)) as client:
         created = await client.post(
-            "/v1/experiments", json=experiment(name="math", arms=arms, concurrency=6)
+            "/v1/experiments", json=experiment(name="math", arms=arms, concurrency=9)
         )
         assert created.status_code == 202, created.text
         exp_id = created.json()["id"]
@@ -80,7 +87,7 @@ async def test_each_arm_as_the_package_reports_it(
         first = (await client.get(url, params={"format": "package", "grading": 1})).json()
         never = await client.get(url, params={"format": "package", "grading": 3})
     assert_error(never, 422, "invalid_input")
-    assert [arm["total"] for arm in regrading["arms"].values()] == [1, 0], (
+    assert [arm["total"] for arm in regrading["arms"].values()] == [1, 0, 1], (
         "being scored again: only the error, with no answer to score, has ended"
     )
     for arm in ("a", "b"):
@@ -124,6 +131,7 @@ async def test_each_arm_as_the_package_reports_it(
         "extra_body": {},
         "save_litellm_response": False,
     }
+    assert body["arms"]["c"]["config"]["llm_base_url"] == ROLLOUT_URL
     assert "secret" not in answer.text
     assert "hidden" not in answer.text
 

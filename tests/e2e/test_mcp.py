@@ -207,3 +207,18 @@ async def test_read_artifact_gives_a_binary_file_as_an_embedded_resource(mcp_htt
     assert resource.mime_type == "image/png"
     assert resource.uri == f"sandhive://tasks/{done['id']}/artifacts/{TOUR_IMAGE}"
     assert base64.b64decode(resource.blob)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_a_retried_submit_with_the_same_idempotency_key_gives_the_same_task(
+    mcp_http: str,
+) -> None:
+    """A model that retries a submit after a lost answer does not start a second task."""
+    once = {"prompt": PROMPT, "profile": "scripted", "model": "demo", "idempotency_key": "k-1"}
+    async with _http(mcp_http, ADMIN_KEY) as client:
+        first = _json(await client.call_tool("submit_task", once))
+        again = _json(await client.call_tool("submit_task", once))
+        other = _json(await client.call_tool("submit_task", {**once, "idempotency_key": "k-2"}))
+        waited = _json(await client.call_tool("run_task", {**SCRIPTED, "idempotency_key": "k-1"}))
+    assert first["id"] == again["id"] == waited["id"], (first, again, waited)
+    assert other["id"] != first["id"]
+    assert waited["status"] == "succeeded", waited

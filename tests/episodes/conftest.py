@@ -3,9 +3,11 @@ the API in process, both on the test Postgres and Redis, with API keys on (tenan
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,24 @@ def tool_turn(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, A
             }
         ],
     }
+
+
+async def wait_for(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+ANSWER_FILE = "/testbed/output/answer.txt"
+
+
+def write_answer(text: str) -> dict[str, Any]:
+    args = {"command": "create", "path": ANSWER_FILE, "file_text": text}
+    return tool_turn("c1", "str_replace_editor", args)
+
+
+SUBMIT = tool_turn("c2", "submit", {})
 
 
 async def step(

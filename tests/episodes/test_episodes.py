@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -24,30 +23,16 @@ from tests.api.conftest import assert_error, serve
 from tests.episodes.conftest import (
     ALICE,
     BOB,
+    SUBMIT,
     containers,
     open_episode,
     step,
-    tool_turn,
+    wait_for,
+    write_answer,
 )
 from tests.support.processes import ready_worker
 
-ANSWER_FILE = "/testbed/output/answer.txt"
 SCORED = {"scorer": {"kind": "exact"}, "ground_truth": "42"}
-
-
-def write_answer(text: str) -> dict[str, object]:
-    args = {"command": "create", "path": ANSWER_FILE, "file_text": text}
-    return tool_turn("c1", "str_replace_editor", args)
-
-
-SUBMIT = tool_turn("c2", "submit", {})
-
-
-async def wait_for(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def test_submitted_answer_is_rewarded_and_the_sandbox_removed(
@@ -129,8 +114,16 @@ async def test_bad_requests_are_refused_with_nothing_written(
 ) -> None:
     no_llm = await api.post("/v1/episodes", json={"prompt": "x", "llm": {}}, headers=ALICE)
     assert_error(no_llm, 422, "invalid_input")
-    slow = {"prompt": "x", "scorer": {"kind": "python", "code": "def compute_score(a, g): 1"}}
-    assert_error(await api.post("/v1/episodes", json=slow, headers=ALICE), 422, "invalid_input")
+    # A deferred scorer is checked as an experiment's is: code, limits, the judge's profile.
+    for scorer, where in (
+        ({"kind": "python", "code": "def score(a, g): 1"}, "compute_score"),
+        ({"kind": "python", "code": "def compute_score(a, g):\n 1", "timeout_s": 10**6}, "timeout"),
+        ({"kind": "llm_judge", "profile": "nope"}, "unknown llm profile 'nope'"),
+    ):
+        refused = await api.post(
+            "/v1/episodes", json={"prompt": "x", "scorer": scorer}, headers=ALICE
+        )
+        assert where in assert_error(refused, 422, "invalid_input")["message"], refused.text
     unknown = {"prompt": "x", "scorer": {"kind": "nope"}}
     assert_error(await api.post("/v1/episodes", json=unknown, headers=ALICE), 422, "invalid_input")
     assert_error(await api.post("/v1/episodes", json={"prompt": "x"}), 401, "unauthorized")

@@ -32,9 +32,9 @@ from tests.support.processes import ready_worker
 
 @pytest.fixture
 def sweep_settings(make_episode_settings: Callable[..., Settings]) -> Settings:
-    return make_episode_settings(
-        worker_reap_interval_s=0.5, tenant_max_active_tasks=1, episode_open_timeout_s=1.0
-    )
+    """The default open timeout: the dead worker's sweep does not depend on it, and a
+    sandbox start on a loaded machine took longer than a second (the open then failed)."""
+    return make_episode_settings(worker_reap_interval_s=0.5, tenant_max_active_tasks=1)
 
 
 async def status_of(sessions: Sessions, episode_id: str) -> models.EpisodeRow:

@@ -1,9 +1,11 @@
 """The per-image queue's review findings, on the real daemon, Postgres and Redis: a task of
 an image this host lacks never starts here, a removed image's tasks fail instead of waiting
-forever and show on /metrics, and a broken catalogue file still lets default's tasks run."""
+forever and show on /metrics (queued ones, and a dead worker's running ones), and a broken
+catalogue file still lets default's tasks run."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from app.episode import Runner
 from app.ids import utc_now
 from app.resources import open_resources
 from app.sandbox.docker import DockerHost
+from app.schemas import TaskCreate
 from app.scripted import ScriptedLLMServer
-from app.services import tasks
+from app.services import attempts, image_failures, tasks
+from app.worker import taking
 from app.worker.context import WorkerContext
 from app.worker.pool import Worker
 from app.worker.reconcile import Reconciler
@@ -29,6 +33,7 @@ from tests.api.conftest import serve
 from tests.images.test_images_worker import extra_task, on
 
 EXTRA_STREAM = keys.task_stream("extra")
+LEASE_S = 0.3
 
 
 async def test_a_task_of_an_image_this_host_lacks_is_moved_off_the_default_stream(
@@ -129,6 +134,125 @@ async def reconcile_once(settings: Settings) -> None:
     async with open_resources(settings) as res:
         ctx = WorkerContext.of(res, Runner(settings, DockerHost()), "w-reconcile", "test")
         await Reconciler(ctx).run_once()
+
+
+async def start_on(redis: Redis, sessions: Sessions, worker: str, lease_s: float) -> str:
+    """As a worker does: take the next message of `extra`'s stream, start attempt 1."""
+    taken = await taking.take(
+        redis, worker, lease_ms=int(lease_s * 1000), reclaim=False, block_ms=100,
+        streams=[EXTRA_STREAM],
+    )  # fmt: skip
+    assert taken is not None
+    started = await attempts.start_attempt(sessions, redis, taken.task_id, worker, max_attempts=3)
+    assert started is not None
+    return taken.task_id
+
+
+async def test_a_dead_workers_running_task_of_a_removed_image_fails(
+    settings: Settings,
+    redis: Redis,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    folder: Path,
+) -> None:
+    having = on(settings, folder)
+    await queue.ensure_group(redis, [EXTRA_STREAM])  # as a worker with `extra` does at start
+    for _ in range(2):
+        await tasks.submit_task(sessions, redis, having, "default", extra_task(scripted_llm), None)
+    async with sessions.begin() as session:  # past reconciliation's settling time
+        old = utc_now() - timedelta(minutes=1)
+        await session.execute(update(models.Task).values(created_at=old))
+    # Two workers start one each; the first dies (its lease lapses, its message stays pending
+    # on `extra`'s stream), the second still runs its own. Then `extra` leaves the catalogue.
+    dead = await start_on(redis, sessions, "w-dead", LEASE_S)
+    alive = await start_on(redis, sessions, "w-alive", 60)
+    plain = settings.model_copy(update={"worker_lease_s": LEASE_S})
+    await asyncio.sleep(LEASE_S + 0.1)  # the dead worker's lease lapses
+    async with open_resources(plain) as res:
+        reconciler = Reconciler(WorkerContext.of(res, Runner(plain, DockerHost()), "w-rec", "t"))
+        assert await reconciler.run_once() == []
+        kept = await tasks.get_task(sessions, "default", dead)
+        assert kept.status == "running", "a lease may be in flux: it gets a lease period"
+        await asyncio.sleep(LEASE_S + 0.1)
+        assert await reconciler.run_once() == [], "not enqueued again on a stream nobody reads"
+    failed = await tasks.get_task(sessions, "default", dead)
+    assert (failed.status, failed.finish_reason) == ("failed", "sandbox_error"), failed
+    assert failed.error is not None
+    assert failed.error.startswith("image_unavailable: image 'extra' is no longer"), failed
+    assert await redis.exists(keys.cancel_flag(dead))
+    running = await tasks.get_task(sessions, "default", alive)
+    assert running.status == "running", "a live worker's attempt finishes on its own"
+    assert list((await queue.messages_of(redis, EXTRA_STREAM)).values()) == [alive]
+
+
+async def submit_old(sessions: Sessions, redis: Redis, having: Settings, task: TaskCreate) -> None:
+    await tasks.submit_task(sessions, redis, having, "default", task, None)
+    async with sessions.begin() as session:  # past reconciliation's settling time
+        await session.execute(
+            update(models.Task).values(created_at=utc_now() - timedelta(minutes=1))
+        )
+
+
+async def test_a_removed_images_task_whose_next_attempt_started_is_not_failed(
+    settings: Settings,
+    redis: Redis,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    folder: Path,
+) -> None:
+    """During a rollout a worker whose catalogue still lists the image takes a dead worker's
+    message back and starts attempt 2: the wait for a whole lease period starts again."""
+    await queue.ensure_group(redis, [EXTRA_STREAM])
+    await submit_old(sessions, redis, on(settings, folder), extra_task(scripted_llm))
+    task_id = await start_on(redis, sessions, "w-dead", LEASE_S)
+    plain = settings.model_copy(update={"worker_lease_s": LEASE_S})
+    await asyncio.sleep(LEASE_S + 0.1)  # attempt 1's lease lapses
+    async with open_resources(plain) as res:
+        reconciler = Reconciler(WorkerContext.of(res, Runner(plain, DockerHost()), "w-rec", "t"))
+        await reconciler.run_once()  # attempt 1 seen without a lease: its wait starts
+        lease_ms = int(LEASE_S * 1000)
+        taken = await taking.take(
+            redis, "w-rollout", lease_ms=lease_ms, reclaim=True, block_ms=100,
+            streams=[EXTRA_STREAM],
+        )  # fmt: skip
+        assert taken is not None
+        assert taken.task_id == task_id
+        again = await attempts.start_attempt(sessions, redis, task_id, "w-rollout", max_attempts=3)
+        assert again is not None
+        assert again.attempt == 2
+        await asyncio.sleep(LEASE_S + 0.1)  # that worker dies too: attempt 2 unleased, newly
+        await reconciler.run_once()
+        kept = await tasks.get_task(sessions, "default", task_id)
+        assert (kept.status, kept.attempt) == ("running", 2), "attempt 2 gets its own wait"
+        await asyncio.sleep(LEASE_S + 0.1)
+        await reconciler.run_once()
+    failed = await tasks.get_task(sessions, "default", task_id)
+    assert (failed.status, failed.finish_reason) == ("failed", "sandbox_error"), failed
+
+
+async def test_a_lost_attempt_is_failed_only_while_unleased_and_current(
+    settings: Settings,
+    redis: Redis,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    folder: Path,
+) -> None:
+    """The checks under the row's lock: a lease held again (a start in flight), or another
+    attempt than the one reconciliation saw lost, leaves the task alone."""
+    await queue.ensure_group(redis, [EXTRA_STREAM])
+    await submit_old(sessions, redis, on(settings, folder), extra_task(scripted_llm))
+    task_id = await start_on(redis, sessions, "w-other", 60)  # attempt 1, lease held
+    fail = image_failures.fail_unavailable
+    assert await fail(sessions, redis, [task_id], "extra", lost={task_id: 1}) == []
+    await redis.delete(keys.task_lease(task_id))  # its worker died: the lease is gone
+    assert await fail(sessions, redis, [task_id], "extra", lost={task_id: 2}) == []
+    assert await fail(sessions, redis, [task_id], "extra") == []
+    kept = await tasks.get_task(sessions, "default", task_id)
+    assert kept.status == "running"
+    assert not await redis.exists(keys.cancel_flag(task_id))
+    assert await fail(sessions, redis, [task_id], "extra", lost={task_id: 1}) == [task_id]
+    failed = await tasks.get_task(sessions, "default", task_id)
+    assert (failed.status, failed.finish_reason) == ("failed", "sandbox_error"), failed
 
 
 async def test_a_server_may_refuse_tasks_of_an_image_no_live_worker_has(

@@ -108,15 +108,16 @@ class Started:
     container: str
 
 
-def upstream_servers(folder: Path) -> Iterator[Upstream]:
-    """The upstream on a network of the test's own; removed afterwards."""
+def upstream_servers(folder: Path, image: str = IMAGE) -> Iterator[Upstream]:
+    """The upstream (a container of `image`) on a network of the test's own; removed
+    afterwards."""
     tag = f"shvt-up-{os.getpid()}-{time.monotonic_ns() % 10**6}"
     ca = make_certificates(folder)
     try:
         run("docker", "network", "create", tag)
         run(
             "docker", "run", "-d", "--name", tag, "--network", tag,
-            "-v", f"{folder}:/srv:ro", IMAGE, "python3", "/srv/serve.py",
+            "-v", f"{folder}:/srv:ro", image, "python3", "/srv/serve.py",
         )  # fmt: skip
         address = run(
             "docker", "inspect", "-f",

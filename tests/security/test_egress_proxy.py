@@ -4,7 +4,8 @@ The sandbox (Docker, the sandbox image, curl and python3 in it) reaches the test
 upstream only by allowed names, over HTTP and HTTPS (a CA made by the test), and every
 other way out is shut: other names, raw IPs, names pointing at private, metadata or
 loopback addresses, a forged SNI, a Host header naming another site, the upstream's
-address without the proxy, the host itself. Each refusal reaches `on_blocked`.
+address without the proxy, the host itself. Each refusal reaches `on_blocked`. A worker
+that leaves the host rules to compose's one-shot starts none without its marker.
 """
 
 from __future__ import annotations
@@ -20,11 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from app.sandbox import DockerHost
+from app.config import Settings
+from app.episode import Runner
+from app.errors import SandboxError
+from app.resources import open_resources
+from app.sandbox import DockerHost, host_rules
 from app.sandbox.docker import DockerSandbox
 from app.sandbox.egress_policy import ProxyPolicy
-from app.sandbox.egress_proxy import PROXY_SYSCTLS, TASK_NET_LABEL
+from app.sandbox.egress_proxy import PROXY_SYSCTLS, TASK_NET_LABEL, bridge_of, install_host_rules
 from app.sandbox.policy import EgressPolicy, SandboxConfig
+from app.worker.context import WorkerContext
+from app.worker.health import Readiness
 from tests.security.egress_upstreams import (
     IMAGE,
     Upstream,
@@ -354,3 +361,82 @@ def test_the_upstream_bridge_cannot_reach_the_host_and_a_restart_keeps_grants(
     assert before == "hello good.test /before"
     assert reach == "TimeoutError", reach  # dropped, not refused: the host never answered
     assert after[-1] == "hello good.test /after", after
+
+
+async def refused_start(host: DockerHost, policy: ProxyPolicy, upstream: Upstream) -> str:
+    """The error a proxied sandbox fails with; nothing of it is left."""
+    with pytest.raises(SandboxError) as caught:
+        await host.create_sandbox(config(policy, upstream, ("good.test",)))
+    assert task_networks() == []
+    return caught.value.message
+
+
+async def fetch_good(host: DockerHost, policy: ProxyPolicy, upstream: Upstream) -> str:
+    box = await host.create_sandbox(config(policy, upstream, ("good.test",)))
+    try:
+        return await sh(box, curl("http://good.test/hi"))
+    finally:
+        await box.remove()
+
+
+def test_a_worker_that_leaves_the_host_rules_to_the_one_shot_needs_its_marker(
+    proxy: ProxyPolicy, upstream: Upstream
+) -> None:
+    """Compose's worker (`manage_firewall` off) starts no proxied sandbox unless the marker of
+    `install_host_rules` (the egress-firewall one-shot's code) is of this boot and names the
+    upstream bridge; the host addresses it lists are refused in every grant."""
+    policy = replace(proxy, manage_firewall=False)
+    control = Path(policy.control_dir)
+    gateway = str(ipaddress.ip_network(upstream.subnet)[1])  # the host, on the upstream bridge
+
+    async def run() -> tuple[list[str], dict[str, object], list[str]]:
+        async with DockerHost() as host:
+            errors = [await refused_start(host, policy, upstream)]  # never installed
+            bridge = await install_host_rules(policy)
+            marker = json.loads(host_rules.marker_path(control).read_text())
+            seen = [await fetch_good(host, policy, upstream)]
+            host_rules.marker_path(control).write_text(json.dumps({**marker, "boot_id": "x"}))
+            errors.append(await refused_start(host, policy, upstream))  # a reboot since
+            host_rules.write_marker(control, "br-elsewhere", [])
+            errors.append(await refused_start(host, policy, upstream))  # another bridge
+            host_rules.write_marker(control, bridge, [upstream.address])  # "a host address"
+            seen.append(await fetch_good(host, policy, upstream))
+            return errors, marker, seen
+
+    errors, marker, seen = asyncio.run(run())
+    assert all("egress-firewall" in error for error in errors), errors
+    assert "no " in errors[0], errors
+    assert "before the host's last boot" in errors[1], errors
+    assert "names upstream bridge br-elsewhere" in errors[2], errors
+    assert marker["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert gateway in marker["addresses"], marker  # read in the host's network namespace
+    assert seen == ["200 rc=0", "403 rc=0"], seen  # the marker's address is refused
+
+
+async def test_the_workers_readiness_says_whether_the_marker_confirms_the_rules(
+    settings: Settings, upstream: Upstream, tmp_path: Path
+) -> None:
+    """`egress` in /readyz (compose's worker only): the marker's problem, then ok."""
+    control = tmp_path / "egress"
+    proxied = settings.model_copy(
+        update={
+            "sandbox_egress_enabled": True,
+            "sandbox_egress_proxy": True,
+            "sandbox_egress_firewall": False,
+            "sandbox_egress_proxy_network": upstream.network,
+            "sandbox_egress_proxy_dir": control,
+        }
+    )
+    readiness = Readiness()
+    async with open_resources(proxied) as res, DockerHost() as docker:
+        ctx = WorkerContext.of(res, Runner(proxied, docker), "w-ready", "t")
+        await readiness.check(ctx)
+        before = readiness.report()
+        info = await (await docker.api().networks.get(upstream.network)).show()
+        host_rules.write_marker(control, bridge_of(info), [])
+        await readiness.check(ctx)
+        after = readiness.report()
+    assert before["egress"].startswith("failed: egress by domain name is shut"), before
+    assert "tasks with allow_domains fail; the others run" in before["egress"], before
+    assert before["docker"] == "ok", before
+    assert after["egress"] == "ok", after

@@ -6,12 +6,16 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from sqlalchemy import func, select
 
+from app.batch_schemas import TaskBatchCreate, TaskBatchItem, TaskBatchOut
+from app.bus import queue
 from app.config import Settings
+from app.db import models
 from app.db.engine import Sessions
 from app.errors import TooManyRequests
 from app.schemas import TaskCreate
-from app.services import tasks
+from app.services import batch, tasks
 from tests.support.processes import free_port
 from tests.support.rows import insert_task
 
@@ -59,6 +63,57 @@ async def test_tenant_limit_is_exact_under_concurrent_submissions(
     accepted = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, TooManyRequests)]
     assert (len(accepted), len(refused)) == (3, 7)
+
+
+async def test_the_tenant_limit_is_exact_for_batches_and_single_tasks_together(
+    sessions: Sessions, redis: Redis, service_settings: Settings
+) -> None:
+    """The lock is taken after the inserts: each admission still counts every task admitted
+    before it, and its own rows once."""
+    settings = service_settings.model_copy(update={"tenant_max_active_tasks": 7})
+    two = TaskBatchCreate(tasks=[TaskBatchItem(prompt="compute")] * 2)
+    results = await asyncio.gather(
+        *(tasks.submit_task(sessions, redis, settings, "acme", body(), None) for _ in range(6)),
+        *(batch.submit_batch(sessions, redis, settings, "acme", two) for _ in range(6)),
+        return_exceptions=True,
+    )
+    refused = [r for r in results if isinstance(r, TooManyRequests)]
+    admitted = [r for r in results if not isinstance(r, BaseException)]
+    assert len(refused) + len(admitted) == 12, results
+    stored = await _tasks_of(sessions, "acme")
+    # Past 5 a batch no longer fits, and at 7 nothing does: 6 or 7, never more.
+    assert stored in (6, 7)
+    assert stored == sum(2 if isinstance(r, TaskBatchOut) else 1 for r in admitted)
+
+
+async def test_a_refused_submission_leaves_nothing_behind(
+    sessions: Sessions, redis: Redis, service_settings: Settings
+) -> None:
+    """Refused after its inserts: the rollback takes the row, its event and inputs with it,
+    and nothing reaches the queue."""
+    settings = service_settings.model_copy(update={"tenant_max_active_tasks": 1})
+    await tasks.submit_task(sessions, redis, settings, "acme", body(), None)
+    with_input = TaskCreate.model_validate(
+        {"prompt": "compute", "input_files": [{"path": "a.txt", "content_base64": "aGk="}]}
+    )
+    with pytest.raises(TooManyRequests) as caught:
+        await tasks.submit_task(sessions, redis, settings, "acme", with_input, None)
+    assert "(1)" in caught.value.message, "the count is of the tasks before this one"
+    two = TaskBatchCreate(tasks=[TaskBatchItem(prompt="compute")] * 2)
+    with pytest.raises(TooManyRequests):
+        await batch.submit_batch(sessions, redis, settings, "acme", two)
+    assert await _tasks_of(sessions, "acme") == 1
+    async with sessions() as session:
+        events = await session.scalar(select(func.count()).select_from(models.Event))
+        inputs = await session.scalar(select(func.count()).select_from(models.InputBlob))
+    assert (events, inputs) == (1, 0), "only the admitted task's task.queued"
+    assert await queue.depth(redis) == 1
+
+
+async def _tasks_of(sessions: Sessions, tenant: str) -> int:
+    async with sessions() as session:
+        query = select(func.count()).select_from(models.Task).where(models.Task.tenant_id == tenant)
+        return int(await session.scalar(query) or 0)
 
 
 async def test_an_idempotent_repeat_is_answered_even_over_the_limit(
