@@ -124,12 +124,13 @@ async def _store(
     images = [item.spec.sandbox.image_name for item in fresh]
     await image_admission.check_image_workers(redis, settings, images)  # or 503, none stored
     if fresh:
+        made = {item.index: _row(tenant, item) for item in fresh}  # ids in the batch's order
         async with sessions.begin() as session:
-            for item in fresh:
-                row = new_task(tenant, item.body, item.spec)
-                row.idempotency_key = item.key
-                row.idempotency_fingerprint = item.fingerprint
-                stored[item.index] = await store_task(session, row, item.files)
+            # Keys inserted in one order by every batch: two batches sharing keys wait for
+            # each other's unique-index entries in turn instead of deadlocking (the tenant's
+            # lock comes after the inserts).
+            for item in sorted(fresh, key=lambda i: (i.key is None, i.key or "")):
+                stored[item.index] = await store_task(session, made[item.index], item.files)
             # Last, as a single submission's: the tenant's lock is not held for the inserts.
             await backpressure.admit(session, settings, tenant, count=len(fresh), added=True)
     await _enqueue(redis, list(stored.values()))
@@ -137,6 +138,13 @@ async def _store(
     return TaskBatchOut(
         tasks=[task_out(row) for row in rows], created=[item.index in stored for item in items]
     )
+
+
+def _row(tenant: str, item: _Item) -> models.Task:
+    row = new_task(tenant, item.body, item.spec)
+    row.idempotency_key = item.key
+    row.idempotency_fingerprint = item.fingerprint
+    return row
 
 
 def _check_repeat(item: _Item, first: models.Task) -> None:

@@ -124,20 +124,23 @@ async def _store_shielded(ctx: WorkerContext, episode_id: str, reward: dict[str,
 
 @asynccontextmanager
 async def scoring_lease(ctx: WorkerContext, episode_id: str) -> AsyncIterator[None]:
-    """Hold the episode's scoring lease for the block: set at once, renewed every heartbeat
-    (a TTL of `worker_lease_s`: a killed worker's lapses), deleted at the end."""
+    """Hold the episode's scoring lease for the block: set at once, renewed three times a
+    lease (a TTL of `worker_lease_s`: a killed worker's lapses), deleted at the end."""
     await _hold(ctx, episode_id)
     renewing = asyncio.create_task(_renew(ctx, episode_id))
     try:
         yield
     finally:
         renewing.cancel()
+        with suppress(asyncio.CancelledError):  # no renewal may land after the delete
+            await renewing
         await _drop(ctx.redis, episode_id)
 
 
 async def _renew(ctx: WorkerContext, episode_id: str) -> None:
+    """A third of the lease apart: two renewals may fail before it lapses."""
     while True:
-        await asyncio.sleep(ctx.settings.worker_heartbeat_s)
+        await asyncio.sleep(ctx.settings.worker_lease_s / 3)
         await _hold(ctx, episode_id)
 
 

@@ -138,3 +138,26 @@ async def test_a_task_is_accepted_while_redis_is_down(
         await dead.aclose()
     assert (created, task.status) == (True, "queued")
     assert (await tasks.get_task(sessions, "acme", task.id)).status == "queued"
+
+
+async def test_batches_sharing_keys_in_opposite_orders_do_not_deadlock(
+    sessions: Sessions, redis: Redis, service_settings: Settings
+) -> None:
+    """Inserts come before the tenant's lock: two batches holding each other's keys would
+    wait on each other's unique-index entries (a deadlock, a 500) unless every batch inserts
+    its keys in one order; then one creates both and the other is answered as a repeat."""
+    for round_ in range(8):
+        one = TaskBatchItem(prompt="first", idempotency_key=f"r{round_}-a")
+        two = TaskBatchItem(prompt="second", idempotency_key=f"r{round_}-b")
+        forward = TaskBatchCreate(tasks=[one, two])
+        backward = TaskBatchCreate(tasks=[two, one])
+        results = await asyncio.gather(
+            batch.submit_batch(sessions, redis, service_settings, "acme", forward),
+            batch.submit_batch(sessions, redis, service_settings, "acme", backward),
+            return_exceptions=True,
+        )
+        first, second = results
+        assert isinstance(first, TaskBatchOut), first
+        assert isinstance(second, TaskBatchOut), second
+        assert [t.id for t in first.tasks] == [t.id for t in reversed(second.tasks)]
+        assert sorted(first.created + second.created) == [False, False, True, True]
