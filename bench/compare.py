@@ -206,6 +206,7 @@ async def throughput(
             )
             if all(r["finished_at"] is not None for r in rows):
                 break
+            bench.cluster.check_alive()
             await asyncio.sleep(0.2)
     finally:
         await conn.close()

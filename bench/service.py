@@ -111,6 +111,15 @@ class Cluster:
             worker_metrics_port=str(self.metrics_port),
         )
 
+    def check_alive(self) -> None:
+        """RuntimeError, with the end of its log, when the API or the worker has exited: a
+        bench waiting for tasks would otherwise wait for ever."""
+        for name, proc in (("api", self.api), ("worker", self.worker)):
+            if proc is not None and proc.poll() is not None:
+                logs = sorted(self.log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+                tail = logs[-1].read_text(errors="replace")[-3000:] if logs else ""
+                raise RuntimeError(f"the {name} exited ({proc.returncode}):\n{tail}")
+
     def stop_worker(self) -> None:
         if self.worker is not None:
             self.worker.terminate()
