@@ -137,9 +137,12 @@ async def test_a_hosts_tasks_finish_on_another_and_its_leftovers_are_reaped(
             await wait("the near host to remove its own", lambda: not labelled(None, instance))
 
             far.start()  # the far host comes back, with a worker: the leftovers go
-            # dockerd's stop removed the AutoRemove containers, not their workdir volumes.
+            # dockerd's stop removed the AutoRemove containers; their workdir volumes are
+            # left (all of them, or all but one whose removal dockerd finished first: CI
+            # once saw 1 of 2). At least one is left for the reaper to remove.
             assert labelled(far, instance) == []
-            assert len(volumes(far, instance)) == TASKS, far.docker("volume", "ls")
+            left = volumes(far, instance)
+            assert 1 <= len(left) <= TASKS, far.docker("volume", "ls")
             with worker(hosts_settings, "far-2", far.url, log):
                 await wait(
                     "the far host's leftovers to be reaped", lambda: not volumes(far, instance)
