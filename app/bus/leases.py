@@ -10,8 +10,9 @@ Imported by the worker, and by `services.admin` (heartbeats read, a lease droppe
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 
 from redis.asyncio import Redis
 
@@ -22,6 +23,20 @@ CONFIRM_FACTOR = 1.5
 """A missing heartbeat (or scoring lease) is confirmed this many heartbeat periods later:
 a Redis that just lost its keys (a restart without persistence) must not declare live
 workers dead."""
+
+Look = Callable[[Collection[str]], Awaitable[set[str]]]
+"""Which of these names hold their key now (`alive`, `held`, `bus.episodes.scoring`)."""
+
+
+async def missing_twice(look: Look, names: Collection[str], heartbeat_s: float) -> set[str]:
+    """The names `look` does not find, and still does not `CONFIRM_FACTOR` heartbeat periods
+    later (only those missing the first time are looked at again)."""
+    missing = set(names) - await look(names)
+    if missing:
+        await asyncio.sleep(heartbeat_s * CONFIRM_FACTOR)
+        missing -= await look(missing)
+    return missing
+
 
 # KEYS: lease. ARGV: holder, lease ms. Returns "" when taken, else the current holder.
 _ACQUIRE = """

@@ -11,7 +11,6 @@ stored (`store_lost`, also used by the worker's episode sweep).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
@@ -88,10 +87,10 @@ async def _unscored(
     pending); with the lease gone, looked at twice a heartbeat period apart (a Redis that
     just lost its keys must not fail a live scoring), nobody will store one: the
     infrastructure error is then the stored result."""
-    if await bus.scoring(redis, [row.id]):
-        raise _pending(kind)
-    await asyncio.sleep(settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
-    if await bus.scoring(redis, [row.id]):
+    gone = await leases.missing_twice(
+        lambda ids: bus.scoring(redis, ids), [row.id], settings.worker_heartbeat_s
+    )
+    if not gone:
         raise _pending(kind)
     await store_lost(sessions, row.id, kind, f"its worker {row.worker} was lost before it scored")
     fresh = await rows.find(sessions, row.tenant_id, row.id)

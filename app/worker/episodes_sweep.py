@@ -26,7 +26,6 @@ episode the API or its worker ended meanwhile keeps that end.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 
@@ -70,11 +69,9 @@ async def end_own(ctx: WorkerContext) -> list[str]:
 
 async def _orphans(ctx: WorkerContext) -> list[str]:
     by_worker = await episodes_sweep.open_by_worker(ctx.sessions)
-    dead = set(by_worker) - await leases.alive(ctx.redis, by_worker)
-    if not dead:
-        return []
-    await asyncio.sleep(ctx.settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
-    dead -= await leases.alive(ctx.redis, dead)
+    dead = await leases.missing_twice(
+        lambda workers: leases.alive(ctx.redis, workers), by_worker, ctx.settings.worker_heartbeat_s
+    )
     ended = []
     for worker in sorted(dead):
         for episode_id in by_worker[worker]:
@@ -86,11 +83,9 @@ async def _orphans(ctx: WorkerContext) -> list[str]:
 async def _unscored(ctx: WorkerContext) -> list[str]:
     """Store the infrastructure error as the reward nobody will score (no lease, twice)."""
     unscored = await episodes_sweep.unscored(ctx.sessions)
-    lost = set(unscored) - await bus.scoring(ctx.redis, unscored)
-    if not lost:
-        return []
-    await asyncio.sleep(ctx.settings.worker_heartbeat_s * leases.CONFIRM_FACTOR)
-    lost -= await bus.scoring(ctx.redis, lost)
+    lost = await leases.missing_twice(
+        lambda ids: bus.scoring(ctx.redis, ids), unscored, ctx.settings.worker_heartbeat_s
+    )
     stored = []
     for episode_id in sorted(lost):
         why = "its worker was lost before it scored (found by the episode sweep)"

@@ -216,17 +216,9 @@ async def test_a_worker_killed_while_it_scores_makes_the_reward_an_infrastructur
         assert row is not None
         assert row.worker is not None
         holder = row.worker
-    final = asyncio.create_task(step(api, opened["id"], SUBMIT))
-
-    async def scoring() -> bool:
-        return bool(await asyncio.to_thread(scorers_of, holder))
-
     try:
-        await wait_for("the scorer's container", scoring, 60)
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
+        answered = await killed_while_scoring(api, worker, opened["id"], holder)
         # The row had ended (submitted) before it scored: that is the final step's answer.
-        answered = await final
         assert answered.status_code == 200, answered.text
         assert (answered.json()["done"], answered.json()["finish_reason"]) == (True, "submitted")
 
@@ -242,6 +234,22 @@ async def test_a_worker_killed_while_it_scores_makes_the_reward_an_infrastructur
         assert again == refused, "stored: the same answer on every call"
     finally:
         await asyncio.to_thread(remove, scorers_of(holder))
+
+
+async def killed_while_scoring(
+    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], episode_id: str, holder: str
+) -> httpx.Response:
+    """The answer of the episode's final step, its worker (`holder`) SIGKILLed once the
+    scorer's container runs (a looping scorer: the kill comes while it scores)."""
+    final = asyncio.create_task(step(api, episode_id, SUBMIT))
+
+    async def scoring() -> bool:
+        return bool(await asyncio.to_thread(scorers_of, holder))
+
+    await wait_for("the scorer's container", scoring, 60)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    return await final
 
 
 def scorers_of(worker: str) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from tests.episodes.conftest import (
 from tests.episodes.test_deferred_rewards import (
     HOSTILE,
     PROMPT,
+    killed_while_scoring,
     python_scorer,
     remove,
     reward,
@@ -166,17 +166,9 @@ async def test_a_worker_restarted_under_its_name_while_it_scores_leaves_no_rewar
         with ready_worker(episode_settings, tmp_path / "doomed.log") as doomed:
             opened = await open_episode(api, prompt=PROMPT, **python_scorer(HOSTILE, 60))
             assert (await step(api, opened["id"], write_answer("loop"))).status_code == 200
-            final = asyncio.create_task(step(api, opened["id"], SUBMIT))
-
-            async def scoring() -> bool:
-                return bool(await asyncio.to_thread(scorers_of, WORKER))
-
             try:
-                await wait_for("the scorer's container", scoring, 60)
-                doomed.send_signal(signal.SIGKILL)
-                doomed.wait(timeout=10)
+                answered = await killed_while_scoring(api, doomed, opened["id"], WORKER)
                 # The row says how it ended (submitted): that is the final step's answer.
-                answered = await final
                 assert answered.status_code == 200, answered.text
                 body = answered.json()
                 assert (body["done"], body["finish_reason"], body["messages"]) == (

@@ -6,6 +6,8 @@ catalogue file still lets default's tasks run."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -148,6 +150,22 @@ async def start_on(redis: Redis, sessions: Sessions, worker: str, lease_s: float
     return taken.task_id
 
 
+async def submit_old(sessions: Sessions, redis: Redis, having: Settings, task: TaskCreate) -> None:
+    await tasks.submit_task(sessions, redis, having, "default", task, None)
+    async with sessions.begin() as session:  # past reconciliation's settling time
+        await session.execute(
+            update(models.Task).values(created_at=utc_now() - timedelta(minutes=1))
+        )
+
+
+@asynccontextmanager
+async def short_lease_reconciler(settings: Settings) -> AsyncIterator[Reconciler]:
+    """A worker's reconciliation, with leases of `LEASE_S`."""
+    plain = settings.model_copy(update={"worker_lease_s": LEASE_S})
+    async with open_resources(plain) as res:
+        yield Reconciler(WorkerContext.of(res, Runner(plain, DockerHost()), "w-rec", "t"))
+
+
 async def test_a_dead_workers_running_task_of_a_removed_image_fails(
     settings: Settings,
     redis: Redis,
@@ -158,18 +176,13 @@ async def test_a_dead_workers_running_task_of_a_removed_image_fails(
     having = on(settings, folder)
     await queue.ensure_group(redis, [EXTRA_STREAM])  # as a worker with `extra` does at start
     for _ in range(2):
-        await tasks.submit_task(sessions, redis, having, "default", extra_task(scripted_llm), None)
-    async with sessions.begin() as session:  # past reconciliation's settling time
-        old = utc_now() - timedelta(minutes=1)
-        await session.execute(update(models.Task).values(created_at=old))
+        await submit_old(sessions, redis, having, extra_task(scripted_llm))
     # Two workers start one each; the first dies (its lease lapses, its message stays pending
     # on `extra`'s stream), the second still runs its own. Then `extra` leaves the catalogue.
     dead = await start_on(redis, sessions, "w-dead", LEASE_S)
     alive = await start_on(redis, sessions, "w-alive", 60)
-    plain = settings.model_copy(update={"worker_lease_s": LEASE_S})
     await asyncio.sleep(LEASE_S + 0.1)  # the dead worker's lease lapses
-    async with open_resources(plain) as res:
-        reconciler = Reconciler(WorkerContext.of(res, Runner(plain, DockerHost()), "w-rec", "t"))
+    async with short_lease_reconciler(settings) as reconciler:
         assert await reconciler.run_once() == []
         kept = await tasks.get_task(sessions, "default", dead)
         assert kept.status == "running", "a lease may be in flux: it gets a lease period"
@@ -185,14 +198,6 @@ async def test_a_dead_workers_running_task_of_a_removed_image_fails(
     assert list((await queue.messages_of(redis, EXTRA_STREAM)).values()) == [alive]
 
 
-async def submit_old(sessions: Sessions, redis: Redis, having: Settings, task: TaskCreate) -> None:
-    await tasks.submit_task(sessions, redis, having, "default", task, None)
-    async with sessions.begin() as session:  # past reconciliation's settling time
-        await session.execute(
-            update(models.Task).values(created_at=utc_now() - timedelta(minutes=1))
-        )
-
-
 async def test_a_removed_images_task_whose_next_attempt_started_is_not_failed(
     settings: Settings,
     redis: Redis,
@@ -205,10 +210,8 @@ async def test_a_removed_images_task_whose_next_attempt_started_is_not_failed(
     await queue.ensure_group(redis, [EXTRA_STREAM])
     await submit_old(sessions, redis, on(settings, folder), extra_task(scripted_llm))
     task_id = await start_on(redis, sessions, "w-dead", LEASE_S)
-    plain = settings.model_copy(update={"worker_lease_s": LEASE_S})
     await asyncio.sleep(LEASE_S + 0.1)  # attempt 1's lease lapses
-    async with open_resources(plain) as res:
-        reconciler = Reconciler(WorkerContext.of(res, Runner(plain, DockerHost()), "w-rec", "t"))
+    async with short_lease_reconciler(settings) as reconciler:
         await reconciler.run_once()  # attempt 1 seen without a lease: its wait starts
         lease_ms = int(LEASE_S * 1000)
         taken = await taking.take(
