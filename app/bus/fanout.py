@@ -45,6 +45,9 @@ class Subscription:
         self._on_drop = on_drop
         """Told (payloads dropped, whether this drop cut the viewer off) on every loss."""
         self._ready = asyncio.Event()
+        self.start: str | None = None
+        """The live stream's entry after which this viewer gets everything (None: unknown,
+        Redis was unreachable when it joined)."""
         self.cut_off = asyncio.Event()
         """Set when this viewer overflowed its buffer; `next` then raises SlowConsumer."""
 
@@ -112,6 +115,8 @@ class LiveHub:
             feed = self._feeds[task_id] = _Feed(task_id)
             feed.reader = asyncio.create_task(self._run(feed), name=f"live-{task_id}")
         sub = Subscription(self._buffer, self._count_drop)
+        if feed.ready.is_set():  # joined between two deliveries: it gets what comes after
+            sub.start = feed.cursor
         feed.subscribers.add(sub)
         try:
             await feed.ready.wait()  # the starting position is noted: nothing is missed now
@@ -131,6 +136,18 @@ class LiveHub:
     def _count_drop(self, payloads: int, cut: bool) -> None:
         self._dropped_events += payloads
         self._slow_viewers += int(cut)
+
+    async def in_flight(self, task_id: str, sub: Subscription) -> list[str]:
+        """The live-only payloads published since the newest durable event and before `sub`
+        joined (`live.in_flight`), at most a viewer's buffer of them; [] when its start is
+        unknown or Redis is unreachable."""
+        if sub.start is None:
+            return []
+        try:
+            return await live.in_flight(self._redis, task_id, sub.start, limit=self._buffer)
+        except (RedisError, OSError) as exc:
+            log.warning("live stream of %s unreadable: %s", task_id, exc)
+            return []
 
     async def aclose(self) -> None:
         """Stop every reader (process shutdown)."""
@@ -154,6 +171,8 @@ class LiveHub:
     async def _run(self, feed: _Feed) -> None:
         """Read the task's stream and hand each entry to every subscriber, forever."""
         feed.cursor = await self._position(feed.task_id)
+        for sub in feed.subscribers:
+            sub.start = feed.cursor
         feed.ready.set()
         loop = asyncio.get_running_loop()
         ticked = loop.time()

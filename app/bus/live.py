@@ -8,6 +8,7 @@ task's last event. Readers go through `app.bus.fanout`, one per task and process
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,21 @@ async def read_after(
     if not reply:
         return []
     return [(_text(entry_id), _text(fields[b"e"])) for entry_id, fields in reply[0][1]]
+
+
+async def in_flight(redis: Redis, task_id: str, upto: str, *, limit: int) -> list[str]:
+    """The live-only payloads (no `seq`) published since the newest durable event, up to
+    entry `upto` (at most `limit` entries back), oldest first: what a viewer joining in
+    the middle of a step has missed of it (the command that runs, its output so far)."""
+    entries: Any = await redis.xrevrange(keys.live_events(task_id), max=upto, count=limit)
+    found: list[str] = []
+    for _, fields in entries:
+        payload = _text(fields[b"e"])
+        if json.loads(payload).get("seq") is not None:
+            break  # the newest durable event: the viewer's replay from Postgres has it
+        found.append(payload)
+    found.reverse()
+    return found
 
 
 def _text(value: bytes | str | None) -> str:

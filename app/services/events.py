@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -149,7 +149,10 @@ async def open_stream(
         yield TaskStream(_replay(sessions, task_id, after), asyncio.Event())
         return
     async with hub.subscribe(task_id) as sub:  # joined before the replay: no gap
-        yield TaskStream(_replay_then_follow(sessions, sub, task_id, after), sub.cut_off)
+        # A viewer from the start also gets the running step's live events so far (a
+        # resuming one had its chance at them, and the page cannot tell them apart).
+        in_flight = functools.partial(hub.in_flight, task_id, sub) if after == 0 else None
+        yield TaskStream(_replay_then_follow(sessions, sub, task_id, after, in_flight), sub.cut_off)
 
 
 def keepalive(task_id: str) -> StreamEvent:
@@ -174,14 +177,22 @@ async def _replay(
 
 
 async def _replay_then_follow(
-    sessions: Sessions, sub: Subscription, task_id: str, after: int
+    sessions: Sessions,
+    sub: Subscription,
+    task_id: str,
+    after: int,
+    in_flight: Callable[[], Awaitable[list[str]]] | None = None,
 ) -> AsyncGenerator[StreamEvent | None, None]:
+    """The replay, then (`in_flight`, a viewer from the start) the live-only events of the
+    step running when it joined, then what is published after it joined."""
     last = after
     async for item in _replay(sessions, task_id, after):
         last = item.event.seq or last
         yield item
         if item.event.type == TASK_FINISHED:
             return
+    for missed in await in_flight() if in_flight is not None else []:
+        yield _parsed(missed)
     while True:
         payload = await sub.next()
         for item in await _next_events(sessions, task_id, payload, last):

@@ -135,6 +135,78 @@ async def test_live_only_events_pass_between_durable_ones(
     ]
 
 
+async def live(redis: Redis, task_id: str, type_: str, **data: object) -> None:
+    """What the worker publishes without storing it (a command's start, its output)."""
+    await events.publish(redis, events.live_event(task_id, type_, data))
+
+
+def shown(items: list[EventOut]) -> list[tuple[int | None, str, object]]:
+    return [(e.seq, e.type, e.data.get("chunk")) for e in items]
+
+
+async def running_step(sessions: Sessions, redis: Redis) -> str:
+    """A task in its second step: a command started and printed "a"; the first step's
+    output ("old") came before the newest durable event."""
+    task_id = await insert_task(sessions, status="running")
+    await emit(sessions, redis, task_id)  # seq 1
+    await live(redis, task_id, "tool.output", chunk="old")
+    await emit(sessions, redis, task_id, "step.completed")  # seq 2
+    await emit(sessions, redis, task_id)  # seq 3
+    await live(redis, task_id, "tool.started", tool="execute_bash")
+    await live(redis, task_id, "tool.output", chunk="a")
+    return task_id
+
+
+IN_FLIGHT = [(None, "tool.started", None), (None, "tool.output", "a")]
+
+
+async def test_a_viewer_from_the_start_gets_the_running_steps_live_events_so_far(
+    sessions: Sessions, redis: Redis, hub: LiveHub
+) -> None:
+    """Live-only events are not stored: one who opens a running task after its command
+    started still sees the command and its output so far, after the replay, once."""
+    task_id = await running_step(sessions, redis)
+    async with open_stream(sessions, hub, "default", task_id, after=0) as opened:
+        first = await collect(opened.events, 5)
+        await live(redis, task_id, "tool.output", chunk="b")
+        await emit(sessions, redis, task_id, events.TASK_FINISHED)
+        rest = await drain(opened.events)
+    assert shown(first) == [
+        (1, "step.started", None),
+        (2, "step.completed", None),
+        (3, "step.started", None),
+        *IN_FLIGHT,
+    ]
+    assert shown(rest) == [(None, "tool.output", "b"), (4, events.TASK_FINISHED, None)]
+
+
+async def test_a_second_viewer_of_a_followed_task_gets_them_too_and_a_resuming_one_not(
+    sessions: Sessions, redis: Redis, hub: LiveHub
+) -> None:
+    """The second viewer joins the reader the first one started: it gets what came before
+    it joined from the stream's past, and the rest live, each once. A viewer resuming at a
+    seq had its chance at them (and could not tell them from new ones): none."""
+    task_id = await running_step(sessions, redis)
+    async with open_stream(sessions, hub, "default", task_id, after=0) as one:
+        assert shown(await collect(one.events, 5))[3:] == IN_FLIGHT
+        await live(redis, task_id, "tool.output", chunk="b")
+        assert shown(await collect(one.events, 1)) == [(None, "tool.output", "b")]
+        async with (
+            open_stream(sessions, hub, "default", task_id, after=0) as two,
+            open_stream(sessions, hub, "default", task_id, after=3) as resuming,
+        ):
+            assert hub.stats() == {"readers": 1, "viewers": 3}
+            joined = await collect(two.events, 6)
+            await live(redis, task_id, "tool.output", chunk="c")
+            assert shown(await collect(two.events, 1)) == [(None, "tool.output", "c")]
+            assert shown(await collect(resuming.events, 1)) == [(None, "tool.output", "c")]
+            await emit(sessions, redis, task_id, events.TASK_FINISHED)
+            rest_two = await drain(two.events)
+            rest_resuming = await drain(resuming.events)
+    assert shown(joined)[3:] == [*IN_FLIGHT, (None, "tool.output", "b")]
+    assert shown(rest_two) == shown(rest_resuming) == [(4, events.TASK_FINISHED, None)]
+
+
 async def test_a_gap_in_the_live_stream_is_filled_from_postgres(
     sessions: Sessions, redis: Redis, hub: LiveHub
 ) -> None:
