@@ -88,6 +88,9 @@ class _Feed:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     cursor: str | None = None
     reader: asyncio.Task[None] | None = None
+    stopped: bool = False
+    """Set with the reader's cancel: a cancel that a Redis call swallowed (app/periodic.py)
+    must not leave the reader polling a feed nobody holds."""
 
 
 class LiveHub:
@@ -152,6 +155,8 @@ class LiveHub:
     async def aclose(self) -> None:
         """Stop every reader (process shutdown)."""
         readers = [feed.reader for feed in self._feeds.values() if feed.reader is not None]
+        for feed in self._feeds.values():
+            feed.stopped = True
         self._feeds.clear()
         for reader in readers:
             reader.cancel()
@@ -165,6 +170,7 @@ class LiveHub:
             return
         if self._feeds.get(feed.task_id) is feed:
             del self._feeds[feed.task_id]
+        feed.stopped = True
         if feed.reader is not None:
             feed.reader.cancel()
 
@@ -176,7 +182,7 @@ class LiveHub:
         feed.ready.set()
         loop = asyncio.get_running_loop()
         ticked = loop.time()
-        while True:
+        while not feed.stopped:
             entries = await self._poll(feed)
             for _, payload in entries:
                 self._broadcast(feed, payload)

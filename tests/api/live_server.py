@@ -8,6 +8,7 @@ from the same loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ class LiveServer:
 
 @asynccontextmanager
 async def live_server(settings: Settings, **options: Any) -> AsyncIterator[LiveServer]:
-    """Start the app on a free port (lifespan included); stop it on the way out.
+    """Start the app on a free port (lifespan included); stop it on the way out, and fail
+    if uvicorn had to cancel a handler at its graceful deadline (one outlived its client).
 
     `options` are more uvicorn settings, e.g. `server_options(settings)` to run
     what `sandhive serve` runs.
@@ -52,9 +54,11 @@ async def live_server(settings: Settings, **options: Any) -> AsyncIterator[LiveS
         host="127.0.0.1",
         port=port,
         lifespan="on",
-        **{**defaults, **options, "timeout_graceful_shutdown": 2},  # tests stop quickly
+        **{**defaults, **options, "timeout_graceful_shutdown": 5},  # no handler should need it
     )
     server = uvicorn.Server(config)
+    cut_short = _CutShort()
+    logging.getLogger("uvicorn.error").addHandler(cut_short)
     serving = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(20):
@@ -66,4 +70,22 @@ async def live_server(settings: Settings, **options: Any) -> AsyncIterator[LiveS
         yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", server)
     finally:
         server.should_exit = True
-        await serving
+        try:
+            await serving
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(cut_short)
+    # Every test's clients have left by now: a handler still running at the graceful
+    # deadline outlived its client (it also ran on after the lifespan closed Redis).
+    assert not cut_short.messages, cut_short.messages
+
+
+class _CutShort(logging.Handler):
+    """Notes uvicorn cancelling request handlers at its graceful-shutdown deadline."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "timeout graceful shutdown exceeded" in record.getMessage():
+            self.messages.append(record.getMessage())

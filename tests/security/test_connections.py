@@ -370,9 +370,11 @@ async def test_slots_of_a_process_that_died_expire(
 ) -> None:
     """A crashed API never gives its slots back; they stop counting once they expire."""
     a_task = await insert_task(sessions, tenant="tenant-a", status="running")
-    for n in range(CAP):  # what a dead replica left behind: taken, never refreshed
-        assert await streamslots.take(redis, "tenant-a", f"dead-{n}", CAP, ttl_s=1.5)
     async with served(capped(keyed_settings)) as address:
+        # What a dead replica left behind: taken, never refreshed. Taken once this server is
+        # up, so that a slow start on a loaded machine does not outlast them.
+        for n in range(CAP):
+            assert await streamslots.take(redis, "tenant-a", f"dead-{n}", CAP, ttl_s=1.5)
         url = stream_url(address, a_task, tenant_keys.a)
         code, _ = await refused_code(url)
         assert code == 4429

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -23,6 +24,7 @@ from app.services import events
 from app.services.events import StreamEvent, open_stream, record_event
 from tests.support.processes import free_port
 from tests.support.rows import insert_task
+from tests.support.settings import REDIS_URL
 
 TICK_S = 0.2
 WAIT_S = 10.0
@@ -314,3 +316,34 @@ async def test_followers_get_durable_events_from_postgres_while_redis_is_down(
         await dead_hub.aclose()
         await dead.aclose()
     assert seqs(got) == [1, 2]
+
+
+class SwallowsACancel(Redis):
+    """Plays redis-py on Python 3.11 (gh-86296, app/periodic.py): a cancel that lands
+    during a read is lost, and the read returns as if it had found nothing."""
+
+    reads = 0
+
+    async def xread(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        try:
+            return await super().xread(*args, **kwargs)
+        except asyncio.CancelledError:
+            return []
+
+
+async def test_a_reader_that_lost_its_cancel_stops_once_its_last_viewer_left(
+    sessions: Sessions, redis: Redis
+) -> None:
+    client = SwallowsACancel.from_url(REDIS_URL)
+    swallowing_hub = LiveHub(client, tick_s=TICK_S)
+    try:
+        task_id = await insert_task(sessions, status="running")
+        async with swallowing_hub.subscribe(task_id):
+            await asyncio.sleep(TICK_S)  # the reader is in its blocking read
+        reads_then = client.reads
+        await asyncio.sleep(5 * TICK_S)
+        assert client.reads == reads_then, "the reader polls a feed nobody holds"
+    finally:
+        await swallowing_hub.aclose()
+        await client.aclose()
