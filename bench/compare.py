@@ -21,7 +21,9 @@ Sandhive: submit -> `task.finished` on the WebSocket), tasks/min with 16 and 32 
 together and timed from the first submit to the last `finished_at`), and submit -> first
 model request, cold (no warm pool) and warm (a pool of 2, full before each submit). The
 machine's busy CPU-s per task is printed with each throughput figure (it includes whatever
-else runs: the load average is printed too).
+else runs: the load average is printed too). Each throughput phase starts once the machine
+has been nearly idle for 3 s (`experiment.settle`, at most 90 s), so neither side pays for
+what the other left running (the kernel's teardown of the package's bridge namespaces).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from redis.asyncio import Redis
 from app.scripted import Script, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from experiment import PACKAGE_IMAGE, PACKAGE_TASK, CpuMeter, package_cli
+from experiment import PACKAGE_IMAGE, PACKAGE_TASK, CpuMeter, package_cli, settle
 from service import REDIS_URL, Bench, Cluster, ScriptedLLMProcess, bench_env
 from stream_latency import create_database, drop_database
 
@@ -102,6 +104,7 @@ def package_run(
             f"--output_dir={out}",
         ]
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        settle()
         meter = CpuMeter()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         cpu = meter.stop()
@@ -195,6 +198,7 @@ async def throughput(
 ) -> None:
     """`total` tasks submitted at once to a worker of `n` slots, to the last one's end."""
     model = bench.script(turns(steps))
+    await asyncio.to_thread(settle)
     meter = CpuMeter()
     started = time.time()
     ids = [(await bench.submit(model, steps))[0] for _ in range(total)]

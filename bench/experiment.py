@@ -178,6 +178,32 @@ def _busy_jiffies() -> int:
     return sum(fields[:8]) - idle
 
 
+def settle(max_s: float = 90.0, busy_below: float = 0.15, for_s: float = 3.0) -> float:
+    """Wait until the machine has been nearly idle for `for_s` seconds (at most `max_s`);
+    the seconds waited.
+
+    What one side leaves behind runs on after it returns: the kernel tears a bridge
+    network namespace down on its own time once its container is gone (the package's
+    containers use the default bridge), dockerd and containerd collect. Measured next
+    without a pause, the other side would pay for it.
+    """
+    started = time.monotonic()
+    cores = os.cpu_count() or 1
+    quiet_since = None
+    while time.monotonic() - started < max_s:
+        before = _busy_jiffies()
+        time.sleep(0.5)
+        busy = (_busy_jiffies() - before) / CLK_TCK / (0.5 * cores)
+        now = time.monotonic()
+        if busy >= busy_below:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now - 0.5
+        elif now - quiet_since >= for_s:
+            break
+    return time.monotonic() - started
+
+
 def process_cpu_s(pid: int) -> float:
     """utime + stime (and reaped children's) of one process, in seconds."""
     with open(f"/proc/{pid}/stat") as stat:
@@ -322,6 +348,7 @@ async def experiment(
     }
     assert cluster.api is not None
     assert cluster.worker is not None
+    await asyncio.to_thread(settle)
     api_cpu, worker_cpu = process_cpu_s(cluster.api.pid), process_cpu_s(cluster.worker.pid)
     meter = CpuMeter()
     sent = time.monotonic()
@@ -420,6 +447,7 @@ def run_package(
     ]
     # litellm fetches a price list from the internet at import unless told not to.
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    settle()
     meter = CpuMeter()
     started = time.monotonic()
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
