@@ -22,8 +22,9 @@ together and timed from the first submit to the last `finished_at`), and submit 
 model request, cold (no warm pool) and warm (a pool of 2, full before each submit). The
 machine's busy CPU-s per task is printed with each throughput figure (it includes whatever
 else runs: the load average is printed too). Each throughput phase starts once the machine
-has been nearly idle for 3 s (`experiment.settle`, at most 90 s), so neither side pays for
-what the other left running (the kernel's teardown of the package's bridge namespaces).
+has been nearly idle for 3 s (`experiment.settle`, at most 90 s), so that neither side pays
+for what the other left running (such as the kernel's teardown of the package's bridge
+namespaces).
 """
 
 from __future__ import annotations
