@@ -17,7 +17,7 @@ from fastapi import Depends, Response, WebSocket, WebSocketDisconnect
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from app import outage
+from app import cancelling, outage
 from app.api import streamcap
 from app.api.deps import current_tenant
 from app.errors import AppError
@@ -31,8 +31,6 @@ CLOSE_TRY_AGAIN = 1013
 """RFC 6455 "try again later": a backend the stream needs is unreachable."""
 CLOSE_WAIT_S = 10.0
 STOPPING_CLOSE_WAIT_S = 1.0
-RECANCEL_S = 0.1
-"""How long a cancelled stream task may take to end before it is cancelled again (`_stop`)."""
 SEQ_MAX = 2**31 - 1
 """`seq` is a Postgres integer: a larger `after` is a 422, not a database error."""
 SSE_RETRY_MS = 2000
@@ -122,25 +120,8 @@ async def race(
     try:
         done, _ = await asyncio.wait([sender, *watchers], return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await _stop([sender, *watchers])
+        await cancelling.stop([sender, *watchers])  # even one that lost its cancel
     return sender if sender in done and not sender.cancelled() else None
-
-
-async def _stop(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel the tasks and wait for them to end, cancelling again those that run on.
-
-    Once is not always enough on Python 3.11: its `asyncio.wait_for`, which redis-py's
-    connect and send use, drops a cancel that lands as the awaited call finishes
-    (python/cpython gh-86296, app/periodic.py). A viewer's sender that lost it went on
-    waiting for the next event for ever, holding its WebSocket, its stream slot and its
-    place in the live hub, until the server's shutdown cancelled it after the graceful
-    deadline, with Redis already closed under it.
-    """
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
 
 
 async def client_gone(ws: WebSocket) -> None:

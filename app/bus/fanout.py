@@ -16,7 +16,6 @@ keepalives and to catch up from Postgres if a publish was lost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app import defaults
+from app import cancelling, defaults
 from app.bus import live
 
 log = logging.getLogger(__name__)
@@ -107,6 +106,8 @@ class LiveHub:
         self._buffer = buffer
         self._tick_s = tick_s
         self._feeds: dict[str, _Feed] = {}
+        self._readers: set[asyncio.Task[None]] = set()
+        """Every reader not yet ended, also those whose feed is gone (`_leave`)."""
         self._dropped_events = 0
         self._slow_viewers = 0
 
@@ -117,6 +118,8 @@ class LiveHub:
         if feed is None:
             feed = self._feeds[task_id] = _Feed(task_id)
             feed.reader = asyncio.create_task(self._run(feed), name=f"live-{task_id}")
+            self._readers.add(feed.reader)
+            feed.reader.add_done_callback(self._readers.discard)
         sub = Subscription(self._buffer, self._count_drop)
         if feed.ready.is_set():  # joined between two deliveries: it gets what comes after
             sub.start = feed.cursor
@@ -153,16 +156,12 @@ class LiveHub:
             return []
 
     async def aclose(self) -> None:
-        """Stop every reader (process shutdown)."""
-        readers = [feed.reader for feed in self._feeds.values() if feed.reader is not None]
+        """Stop every reader (process shutdown), also those still ending after their last
+        viewer left, before the caller closes Redis under them."""
         for feed in self._feeds.values():
             feed.stopped = True
         self._feeds.clear()
-        for reader in readers:
-            reader.cancel()
-        for reader in readers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+        await cancelling.stop(self._readers)
 
     def _leave(self, feed: _Feed, sub: Subscription) -> None:
         feed.subscribers.discard(sub)

@@ -27,6 +27,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import cancelling
 from app.bus import episodes as bus
 from app.config import Settings
 from app.db.engine import Sessions
@@ -131,10 +132,10 @@ async def scoring_lease(ctx: WorkerContext, episode_id: str) -> AsyncIterator[No
     try:
         yield
     finally:
-        renewing.cancel()
-        with suppress(asyncio.CancelledError):  # no renewal may land after the delete
-            await renewing
-        await _drop(ctx.redis, episode_id)
+        try:
+            await cancelling.stop([renewing])  # ended for good: no renewal after the delete
+        finally:
+            await _drop(ctx.redis, episode_id)
 
 
 async def _renew(ctx: WorkerContext, episode_id: str) -> None:

@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import metrics
+from app import cancelling, metrics
 from app.agent.types import Step
 from app.rollout_capture import Compactor
 from app.schemas import ActionOut, EventOut, StepOut
@@ -96,8 +96,7 @@ class TaskSink:
                 async with asyncio.timeout(CLOSE_DRAIN_S):
                     await self._queue.join()
         finally:
-            self._writer.cancel()
-            await asyncio.gather(self._writer, return_exceptions=True)
+            await cancelling.stop([self._writer])  # also one whose cancel a write swallowed
             self._writer = None
 
     async def _durable(self, write: Write) -> None:

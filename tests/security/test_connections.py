@@ -365,6 +365,10 @@ async def test_the_cap_holds_across_api_processes_sharing_redis(
         assert code == 4429
 
 
+DEAD_TTL_S = 3.0
+"""Long enough for the first refusal on a loaded machine, short enough to wait out."""
+
+
 async def test_slots_of_a_process_that_died_expire(
     keyed_settings: Settings, tenant_keys: TenantKeys, sessions: Sessions, redis: Redis
 ) -> None:
@@ -374,11 +378,11 @@ async def test_slots_of_a_process_that_died_expire(
         # What a dead replica left behind: taken, never refreshed. Taken once this server is
         # up, so that a slow start on a loaded machine does not outlast them.
         for n in range(CAP):
-            assert await streamslots.take(redis, "tenant-a", f"dead-{n}", CAP, ttl_s=1.5)
+            assert await streamslots.take(redis, "tenant-a", f"dead-{n}", CAP, ttl_s=DEAD_TTL_S)
         url = stream_url(address, a_task, tenant_keys.a)
         code, _ = await refused_code(url)
         assert code == 4429
-        assert await connects_within(url, 1.5 + SLACK_S)
+        assert await connects_within(url, DEAD_TTL_S + SLACK_S)
     assert await streamslots.open_count(redis, "tenant-a") <= 1
 
 
