@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
+from app import cancelling
+
 log = logging.getLogger(__name__)
 
 
@@ -47,9 +49,7 @@ class Periodic:
     async def stop(self) -> None:
         """End every loop: the run in flight is cancelled, and none starts after it."""
         self._stopping.set()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancelling.stop(self._tasks)
 
     async def _every(
         self,
