@@ -8,6 +8,7 @@ before `task.finished`. Real worker, Postgres, Redis, Docker and the scripted LL
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -61,11 +62,16 @@ def submit(
 
 
 async def until_printed(redis: Redis, task_id: str, text: str, timeout_s: float = 60) -> None:
-    """Wait until the live stream carried `text` (the command is running and printed)."""
+    """Wait until a `tool.output` event carried `text` (the command is running and printed).
+
+    Only output counts: `tool.started` carries the command, which names the text too, and
+    it is announced as soon as the model asks, possibly while the sandbox still starts.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         entries = await redis.xrange(keys.live_events(task_id))
-        if any(text.encode() in entry[b"e"] for _, entry in entries):
+        events = [json.loads(entry[b"e"]) for _, entry in entries]
+        if any(e["type"] == "tool.output" and text in e["data"]["chunk"] for e in events):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"{task_id} never printed {text!r}")
