@@ -50,6 +50,23 @@ if ((pg_installed)); then
     done
 fi
 
+# A cgroup v1 "hybrid" host (cgroup2 at /sys/fs/cgroup/unified) may leave a controller that
+# no v1 hierarchy took (hugetlb on these VMs) on the unified hierarchy; crun then refuses every
+# container ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"). A
+# controller nobody enabled there (empty cgroup.subtree_control) moves to a v1 hierarchy of its
+# own by mounting one, as systemd would have done; runc is indifferent to where it sits.
+unified=/sys/fs/cgroup/unified
+if [ "$(stat -f -c %T /sys/fs/cgroup)" = tmpfs ] && [ -r "$unified/cgroup.controllers" ] \
+    && [ -n "$(cat "$unified/cgroup.controllers")" ] \
+    && [ -z "$(cat "$unified/cgroup.subtree_control")" ]; then
+    for controller in $(cat "$unified/cgroup.controllers"); do
+        log "moving the $controller cgroup controller to a v1 hierarchy (for crun)"
+        mkdir -p "/sys/fs/cgroup/$controller"
+        mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller" \
+            || echo "could not move $controller: crun will refuse containers on this host" >&2
+    done
+fi
+
 if ! docker info >/dev/null 2>&1; then
     log "starting dockerd"
     # A daemon killed earlier (e.g. at the end of a session) leaves its pid files behind.

@@ -49,14 +49,19 @@ PRIVATE_REDIS = REDIS_URL.rsplit("/", 1)[0] + "/12"
 """A Redis DB of these tests' own: a long run must not share DB 15 with other test runs."""
 
 
-@pytest.fixture
-def attack_settings(settings: Settings) -> Settings:
+RUNTIMES = ["runc", "crun"]
+"""Every attack runs in a sandbox of each OCI runtime deploy/setup-host.sh registers."""
+
+
+@pytest.fixture(params=RUNTIMES)
+def attack_settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
     client = redis.Redis.from_url(PRIVATE_REDIS)
     client.flushdb()
     client.close()
     return settings.model_copy(
         update={
             "redis_url": PRIVATE_REDIS,
+            "sandbox_runtime": request.param,
             "sandbox_pids_limit": PIDS,
             "sandbox_scratch_mb": SCRATCH_MB,
             "worker_concurrency": 3,
