@@ -326,7 +326,8 @@ class TaskCreate(_Strict):
 
 
 class UsageOut(WireModel):
-    """What the task has used so far."""
+    """What the task used, stored when it ends: a task still queued or running reports
+    zeros here (its progress so far is in its events: `step.completed`, `llm.delta`)."""
 
     steps: int = 0
     """Steps taken."""

@@ -692,6 +692,10 @@
       this.attempt = 1;
       this.cards = new Map();
       this.task = null;
+      this.reloads = 0; // reload() calls so far: only the newest one's answer is shown
+      // Steps of this attempt seen completed: a running task's stored usage is written only
+      // when it ends (GET says steps 0 until then), so its count is the page's own.
+      this.stepsDone = 0;
       this.ws = null;
       this.stopped = false;
       this.finished = false;
@@ -734,13 +738,20 @@
     }
 
     async reload() {
+      const call = ++this.reloads;
+      let task;
       try {
-        this.task = await apiJson(`/v1/tasks/${encodeURIComponent(this.id)}`);
+        task = await apiJson(`/v1/tasks/${encodeURIComponent(this.id)}`);
       } catch (error) {
+        if (call !== this.reloads || this.stopped) return;
         if (error.status === 404) this.notFound();
         else alertError(error);
         return;
       }
+      if (call !== this.reloads || this.stopped) return; // a newer answer is on its way
+      // Never a running count lower than the steps already seen done (a finished task's is final).
+      if (!TERMINAL.has(task.status)) task.usage.steps = Math.max(task.usage.steps, this.stepsDone);
+      this.task = task;
       $("#t-prompt").textContent = this.task.prompt;
       this.setStatus(this.task.status);
       this.renderMeta();
@@ -843,6 +854,7 @@
           this.waiting("Queued: waiting for a worker…");
           break;
         case "task.started":
+          if ((data.attempt || 1) !== this.attempt) this.stepsDone = 0; // a new attempt counts anew
           this.attempt = data.attempt || 1;
           if (this.attempt > 1) $("#steps").append(el("li", { class: "attempt", text: `Attempt ${this.attempt}` }));
           this.setStatus("running");
@@ -896,8 +908,9 @@
     }
 
     bumpSteps(step) {
-      if (!this.task) return;
-      this.task.usage.steps = Math.max(this.task.usage.steps, step.index + 1);
+      if ((step.attempt || this.attempt) === this.attempt) this.stepsDone = Math.max(this.stepsDone, step.index + 1);
+      if (!this.task || TERMINAL.has(this.task.status)) return; // a finished task's count is final
+      this.task.usage.steps = Math.max(this.task.usage.steps, this.stepsDone);
       this.renderMeta();
     }
 
