@@ -2,32 +2,48 @@
 
     .venv/bin/python bench/scale.py [--slots 8,64,256] [--processes 1,2,4]
                                     [--rate 10,30,60] [--steps 10] [--viewers 1]
-                                    [--viewer ws|sse] [--duration 10] [--drain 30]
+                                    [--viewer ws|sse] [--experiments 0.2]
+                                    [--experiment-rows 2] [--duration 10] [--drain 30]
                                     [--apis 1] [--polls 20] [--keep-logs]
 
 Each level starts `--processes` real worker processes (bench/scale_worker.py: a real
 `Worker` whose sandbox and model are bench/standin.py's, answering at once) with
-`--slots` slots in total, submits tasks (`POST /v1/tasks`) at `--rate` per second for
-`--duration` seconds, each of `--steps` model turns (all `execute_bash true`, then
-`submit`) and watched from the start by `--viewers` followers (WebSocket, or
-Server-Sent Events with `--viewer sse`); meanwhile `--polls` requests a second
-read the API (`GET /v1/tasks/{id}` of a random task of the level, every fourth the first
-page of `GET /v1/tasks`). So what is loaded is what every task costs the shared
-services: the claim, the lease and its renewals, one transaction per step, the live
-events and their fan-out, the artifacts, the end-of-task bookkeeping (experiments,
-webhooks), the reads. The levels' flags take one value per level (comma-separated) or
-one value for all; the level ends when every task it submitted finished (or `--drain`
-seconds after its last submit).
+`--slots` slots in total and offers tasks at `--rate` per second for `--duration`
+seconds, each of `--steps` model turns (all `execute_bash true`, then `submit`). Of
+those, the share `--experiments` (default 0.2; 0: none) comes as experiment items: an
+experiment (`POST /v1/experiments`: `--experiment-rows` inline rows, two arms of the same
+task options, two attempts, the `exact` scorer, half its items running at once) is
+created whenever that share has made up its items, the first at the window's start;
+its items run as tasks on the same workers, whose experiment chore starts the rest as
+items end, scores each (the stand-in's answer.txt against the rows' ground truth) and
+records the experiment's events. The other tasks are submitted (`POST /v1/tasks`),
+each watched from the start by `--viewers` followers (WebSocket, or Server-Sent Events
+with `--viewer sse`), and each experiment by as many followers of its event stream;
+meanwhile `--polls` requests a second read the API (`GET /v1/tasks/{id}` of a random
+submitted task of the level, every fourth the first page of `GET /v1/tasks`). So what
+is loaded is what every task costs the shared services: the claim, the lease and its
+renewals, one transaction per step, the live events and their fan-out, the artifacts,
+the experiment bookkeeping (items started, ended and scored, experiment events and
+their followers), the reads. Webhooks are not: no subscription is registered, so a
+task's start and end only look for one and the workers' sender polls an empty outbox.
+The levels' flags take one value per level (comma-separated) or one value for all; the
+level ends when every task it submitted and every experiment it created finished (or
+`--drain` seconds after its last submit).
 
-Per level it prints: tasks/s finished during the submit window (and submitted), claim
-latency (the task's `created_at` -> `started_at`, p50/p95), step write (the worker's
-`save_step`: one transaction and the publish, p50/p95), step end -> viewer (p50/p95),
-Redis commands/s, memory and clients, Postgres commits/s and WAL bytes per step (both
-over the window), Postgres connections of the bench's database (the most seen), API
-p95 for one task and for the list, the CPU each process group used (% of one core:
-API, workers in sum and the busiest one, Postgres with every backend, Redis, the bench
-itself; the machine in % of all its cores) and which of them saturates first.
-Checked at every level: every task succeeded, every viewer saw every `seq` in order.
+Per level it prints: tasks/s finished during the submit window (and submitted), the
+experiments' items created and scored per second over the window, claim latency (the
+task's `created_at` -> `started_at`, p50/p95), step write (the worker's `save_step`: one
+transaction and the publish, p50/p95), step end -> viewer (p50/p95), Redis commands/s,
+memory and clients, Postgres commits/s and WAL bytes per step (both over the window),
+Postgres connections of the bench's database (the most seen), API p95 for one task and
+for the list, the CPU each process group used (% of one core: API, workers in sum and
+the busiest one, Postgres with every backend, Redis, the bench itself; the machine in %
+of all its cores) and which of them saturates first. Claim latency, step end -> viewer
+and the API reads are of the submitted tasks; step writes, steps/s, the per-step costs
+and the CPU cover the experiments' tasks and chores too. Checked at every level: every
+task succeeded, every viewer saw every `seq` in order, every experiment finished with
+every item scored 1, and every experiment follower saw every `seq` in order and every
+item's `item.ended`.
 
 Needs Postgres and Redis, not Docker: it creates (and drops) a scratch database through
 SANDHIVE_BENCH_ADMIN_URL (default postgresql://postgres@127.0.0.1:5432/postgres) and
@@ -63,6 +79,7 @@ import httpx
 import websockets
 from redis.asyncio import Redis
 from service import REDIS_URL, bench_env
+from standin import ANSWER
 from stream_latency import create_database, drop_database, free_port, wait_ready
 
 BENCH = Path(__file__).resolve().parent
@@ -70,6 +87,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.85
 """A single event loop (API, worker, Redis) past this share of one core is saturated."""
 OURS = ("api", "workers", "postgres", "redis", "bench")
+ARMS = ("a", "b")
+ATTEMPTS = 2
+"""Each experiment runs every row in both arms (the same task options), twice."""
 LOCK_WAITS = """
     SELECT query, count(*) AS n FROM pg_stat_activity
     WHERE datname = $1 AND state = 'active' AND wait_event_type = 'Lock' GROUP BY query
@@ -83,10 +103,24 @@ class Level:
     rate: float
     steps: int
     viewers: int
+    experiments: float
+    """The share of the offered tasks that come as experiment items (0: none)."""
+    rows: int
+    """Rows per experiment: each runs `len(ARMS) * ATTEMPTS` items."""
+
+    @property
+    def items(self) -> int:
+        """Items per experiment."""
+        return self.rows * len(ARMS) * ATTEMPTS
 
     def label(self) -> str:
+        share = (
+            f", {self.experiments:.0%} as items of {self.items}-item experiments"
+            if self.experiments
+            else ""
+        )
         return (
-            f"{self.slots} slots in {self.processes} workers, {self.rate:g} tasks/s,"
+            f"{self.slots} slots in {self.processes} workers, {self.rate:g} tasks/s{share},"
             f" {self.steps} steps, {self.viewers} viewers"
         )
 
@@ -101,7 +135,7 @@ class Observed:
     gaps: int = 0
     viewer_errors: int = 0
     api: dict[str, list[float]] = field(
-        default_factory=lambda: {"get": [], "list": [], "submit": []}
+        default_factory=lambda: {"get": [], "list": [], "submit": [], "experiment": []}
     )
     api_errors: dict[str, int] = field(default_factory=dict)
     """`get 503`, `list ReadTimeout`...: the reads that failed, by what they got."""
@@ -114,6 +148,16 @@ class Observed:
     """Backends of the bench's database seen, summed over the samples (the waits' base)."""
     max_redis_clients: int = 0
     redis_memory_mb: float = 0.0
+    experiments: list[str] = field(default_factory=list)
+    experiment_errors: int = 0
+    """`POST /v1/experiments` that failed."""
+    experiment_gaps: int = 0
+    """`seq` gaps its followers saw in experiments' streams."""
+    experiment_viewer_errors: int = 0
+    items_seen: list[int] = field(default_factory=list)
+    """Per experiment follower that saw `experiment.finished`: the `item.ended` it saw."""
+    unfinished_experiments: int = 0
+    """Experiments still running `--drain` seconds after the last submit (then cancelled)."""
 
 
 @dataclass
@@ -151,6 +195,16 @@ class Row:
     """Group -> share of one core over the window (`worker max`: the busiest worker)."""
     machine: float
     failed: int
+    items: int
+    """Items of the level's experiments."""
+    items_per_s: float
+    """Those items over the window (created with their experiments)."""
+    scored_per_s: float
+    """Items that ended scored during the window."""
+    experiments_unfinished: int
+    """Experiments whose status is not `finished` at the level's end."""
+    items_not_scored: int
+    """Items that did not end `scored` with the score the stand-in's answer deserves (1)."""
     verdict: str = ""
 
 
@@ -353,13 +407,27 @@ class Load:
 
     async def submit_all(self) -> list[asyncio.Task[None]]:
         """Submit at the level's rate for the window (open loop: a slow answer delays none);
-        the submissions, some perhaps still waiting for their answer."""
-        began, count = time.monotonic(), int(self.level.rate * self.args.duration)
+        the submissions, some perhaps still waiting for their answer.
+
+        Of every task the rate offers, the share `level.experiments` comes as an item of
+        an experiment: an experiment is created whenever that share has accumulated its
+        `level.items` items, the first at the window's first tick (so a level with a
+        share creates at least one), the other ticks' tasks come as `POST /v1/tasks`."""
+        level = self.level
+        began, count = time.monotonic(), int(level.rate * self.args.duration)
         sending = []
+        tasks_owed, items_owed = 0.0, float(level.items) if level.experiments else 0.0
         for number in range(count):
-            await asyncio.sleep(max(0.0, began + number / self.level.rate - time.monotonic()))
-            sending.append(asyncio.create_task(self.submit_one()))
-        await asyncio.sleep(max(0.0, began + count / self.level.rate - time.monotonic()))
+            await asyncio.sleep(max(0.0, began + number / level.rate - time.monotonic()))
+            tasks_owed += 1 - level.experiments
+            items_owed += level.experiments
+            if tasks_owed >= 1 - 1e-9:
+                tasks_owed -= 1
+                sending.append(asyncio.create_task(self.submit_one()))
+            if level.experiments and items_owed >= level.items - 1e-9:
+                items_owed -= level.items
+                sending.append(asyncio.create_task(self.submit_experiment()))
+        await asyncio.sleep(max(0.0, began + count / level.rate - time.monotonic()))
         return sending
 
     async def submit_one(self) -> None:
@@ -385,6 +453,79 @@ class Load:
             viewing = asyncio.create_task(self.watch(view, task_id))
             self.viewing.add(viewing)
             viewing.add_done_callback(self.viewing.discard)
+
+    async def submit_experiment(self) -> None:
+        """One experiment (`POST /v1/experiments`): `level.rows` rows, each run in both arms
+        `ATTEMPTS` times as a task like the submitted ones, scored `exact` against the
+        stand-in's answer; half its items at once, so the workers' experiment chore starts
+        the rest as items end. Followed by `level.viewers` followers of its event stream."""
+        level = self.level
+        task = {
+            "llm": {"model": f"scale-{level.steps}"},
+            "limits": {"max_steps": level.steps + 2},
+            "metadata": {"bench": "scale"},
+        }
+        rows = [
+            {"id": f"r{n}", "problem_statement": "scale", "ground_truth": ANSWER.decode()}
+            for n in range(level.rows)
+        ]
+        body = {
+            "name": "scale",
+            "dataset": {"rows": rows},
+            "arms": [{"name": name, "task": task} for name in ARMS],
+            "scorer": {"kind": "exact"},
+            "attempts": ATTEMPTS,
+            "concurrency": max(1, level.items // 2),
+            "metadata": {"bench": "scale"},
+        }
+        began = time.monotonic()
+        try:
+            response = await self.client.post(f"{self.url()}/v1/experiments", json=body)
+            response.raise_for_status()
+        except httpx.HTTPError:
+            self.observed.experiment_errors += 1
+            return
+        self.observed.api["experiment"].append(time.monotonic() - began)
+        experiment_id = str(response.json()["id"])
+        self.observed.experiments.append(experiment_id)
+        for _ in range(level.viewers):
+            viewing = asyncio.create_task(self.watch_experiment(experiment_id))
+            self.viewing.add(viewing)
+            viewing.add_done_callback(self.viewing.discard)
+
+    async def watch_experiment(self, experiment_id: str) -> None:
+        """Follow an experiment's events (WebSocket, or SSE with `--viewer sse`) from its
+        first to `experiment.finished`: every `seq` in order, the `item.ended` counted."""
+        path = f"/v1/experiments/{experiment_id}"
+        last, ended = 0, 0
+
+        def seen(event: dict[str, Any]) -> bool:
+            nonlocal last, ended
+            seq = event.get("seq")
+            if seq is not None:
+                self.observed.experiment_gaps += seq != last + 1
+                last = seq
+            ended += event["type"] == "item.ended"
+            return bool(event["type"] == "experiment.finished")
+
+        try:
+            if self.args.viewer == "sse":
+                url = f"{self.url()}{path}/events?after=0"
+                async with self.client.stream("GET", url, timeout=None) as response:
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: ") and seen(json.loads(line[6:])):
+                            self.observed.items_seen.append(ended)
+                            return
+            else:
+                url = self.url().replace("http://", "ws://")
+                async with websockets.connect(f"{url}{path}/stream?after=0") as ws:
+                    async for message in ws:
+                        if seen(json.loads(message)):
+                            self.observed.items_seen.append(ended)
+                            return
+        except (OSError, httpx.HTTPError, websockets.WebSocketException):
+            pass
+        self.observed.experiment_viewer_errors += 1  # failed, or ended before the finish
 
     async def watch(self, view: Callable[[str], Awaitable[int | None]], task_id: str) -> None:
         try:
@@ -469,9 +610,14 @@ async def run_level(
         sending = await load.submit_all()
         after = await probe.snapshot()
         await asyncio.gather(*sending)
-        left = await until_finished(probe.pg, load.observed.submitted, args.drain)
-        load.observed.unfinished = len(left)
-        await cancel_all(client, services.urls[0], left)  # none may run into the next level
+        observed = load.observed
+        left, running = await until_finished(
+            probe.pg, observed.submitted, observed.experiments, args.drain
+        )
+        observed.unfinished, observed.unfinished_experiments = len(left), len(running)
+        # None may run into the next level: the experiments first (their items' tasks too).
+        await cancel_all(client, services.urls[0], "experiments", running)
+        await cancel_all(client, services.urls[0], "tasks", left)
         reading.cancel()
         with_timeout = asyncio.wait_for(asyncio.gather(*load.viewing), timeout=30)
         await asyncio.gather(with_timeout, return_exceptions=True)
@@ -480,22 +626,29 @@ async def run_level(
     return await figures(level, probe, load.observed, (before, after), since, step_write)
 
 
-async def until_finished(pg: asyncpg.Pool, ids: list[str], drain_s: float) -> list[str]:
-    """Wait for the tasks to finish, at most `drain_s`; those still unfinished."""
+async def until_finished(
+    pg: asyncpg.Pool, ids: list[str], experiments: list[str], drain_s: float
+) -> tuple[list[str], list[str]]:
+    """Wait for the tasks and the experiments to finish, at most `drain_s`; the tasks and
+    the experiments still unfinished."""
     deadline = time.monotonic() + drain_s
     while True:
         left = await pg.fetch(
             "SELECT id FROM tasks WHERE id = ANY($1) AND finished_at IS NULL", ids
         )
-        if not left or time.monotonic() > deadline:
-            return [str(row["id"]) for row in left]
+        running = await pg.fetch(
+            "SELECT id FROM experiments WHERE id = ANY($1) AND status = 'running'", experiments
+        )
+        if not (left or running) or time.monotonic() > deadline:
+            return [str(row["id"]) for row in left], [str(row["id"]) for row in running]
         await asyncio.sleep(0.5)
 
 
-async def cancel_all(client: httpx.AsyncClient, url: str, ids: list[str]) -> None:
-    for task_id in ids:
+async def cancel_all(client: httpx.AsyncClient, url: str, kind: str, ids: list[str]) -> None:
+    """Cancel these tasks or experiments (`kind`: the path's collection)."""
+    for some_id in ids:
         with contextlib.suppress(httpx.HTTPError):  # 409: it finished meanwhile
-            await client.post(f"{url}/v1/tasks/{task_id}/cancel")
+            await client.post(f"{url}/v1/{kind}/{some_id}/cancel")
 
 
 async def figures(
@@ -513,6 +666,16 @@ async def figures(
         " finished_at <= $2 AS in_window FROM tasks WHERE id = ANY($1)",
         observed.submitted,
         since + timedelta(seconds=span),
+    )
+    items = await probe.pg.fetch(
+        "SELECT status, score, updated_at <= $2 AS in_window FROM experiment_items"
+        " WHERE experiment_id = ANY($1)",
+        observed.experiments,
+        since + timedelta(seconds=span),
+    )
+    unfinished = await probe.pg.fetchval(
+        "SELECT count(*) FROM experiments WHERE id = ANY($1) AND status <> 'finished'",
+        observed.experiments,
     )
     steps = after.steps - before.steps
     cpu = {k: (after.cpu_s[k] - before.cpu_s[k]) / span for k in after.cpu_s}
@@ -539,6 +702,11 @@ async def figures(
         cpu=cpu,
         machine=busy / total if total else 0.0,
         failed=sum(1 for r in rows if r["status"] == "failed"),
+        items=len(items),
+        items_per_s=len(items) / span,
+        scored_per_s=sum(1 for i in items if i["status"] == "scored" and i["in_window"]) / span,
+        experiments_unfinished=int(unfinished),
+        items_not_scored=sum(1 for i in items if i["status"] != "scored" or i["score"] != 1),
     )
     row.verdict = verdict(row)
     return row
@@ -558,10 +726,15 @@ def verdict(row: Row) -> str:
             f"the machine's {cores} cores ({row.machine:.0%} busy; most: {biggest} at"
             f" {ours[biggest]:.0%} of a core; others' processes {cpu['others']:.0%})"
         )
-    if row.finished_per_s < 0.9 * row.submitted_per_s:
+    if row.finished_per_s + row.scored_per_s < 0.9 * (row.submitted_per_s + row.items_per_s):
+        items = (
+            f" and {row.scored_per_s:.1f} experiment items/s scored of {row.items_per_s:.1f}"
+            if row.items
+            else ""
+        )
         parts.append(
             f"a backlog ({row.finished_per_s:.1f} tasks/s finished of"
-            f" {row.submitted_per_s:.1f} submitted, claim p95 {ms(row.claim, 0.95)} ms)"
+            f" {row.submitted_per_s:.1f} submitted{items}, claim p95 {ms(row.claim, 0.95)} ms)"
         )
     return "; ".join(parts) or "nothing"
 
@@ -582,6 +755,8 @@ def table(rows: Sequence[Row]) -> str:
         ("slots/procs", lambda r: f"{r.level.slots}/{r.level.processes}"),
         ("sub/s", lambda r: f"{r.submitted_per_s:.1f}"),
         ("done/s", lambda r: f"{r.finished_per_s:.1f}"),
+        ("items/s", lambda r: f"{r.items_per_s:.1f}"),
+        ("scored/s", lambda r: f"{r.scored_per_s:.1f}"),
         ("claim p50/95 ms", lambda r: f"{ms(r.claim, 0.5)}/{ms(r.claim, 0.95)}"),
         ("write p50/95", lambda r: f"{ms(r.step_write, 0.5)}/{ms(r.step_write, 0.95)}"),
         (
@@ -608,6 +783,8 @@ def table(rows: Sequence[Row]) -> str:
     lines += [f"  {r.level.slots}/{r.level.processes}: {per_step(r)}" for r in rows]
     lines += ["", "Postgres backends waiting on a lock (% of the backends sampled), the top 2"]
     lines += [f"  {r.level.slots}/{r.level.processes}: {lock_line(r)}" for r in rows]
+    lines += ["", "Experiments (POST /v1/experiments; their items run as tasks)"]
+    lines += [f"  {r.level.slots}/{r.level.processes}: {experiment_line(r)}" for r in rows]
     lines.append("")
     lines += [f"  {r.level.label()}: {outcome_line(r)}" for r in rows]
     return "\n".join(lines)
@@ -621,6 +798,22 @@ def outcome_line(r: Row) -> str:
         f" {o.unfinished}, seq gaps {o.gaps}, viewer errors {o.viewer_errors}, submit errors"
         f" {o.submit_errors}, API read errors {sum(o.api_errors.values())}"
         + (f" ({reads})" if reads else "")
+    )
+
+
+def experiment_line(r: Row) -> str:
+    o, level = r.observed, r.level
+    if not level.experiments:
+        return "none (--experiments 0)"
+    short = sum(1 for seen in o.items_seen if seen != level.items)
+    return (
+        f"{len(o.experiments)} experiments of {level.rows} rows x {len(ARMS)} arms x"
+        f" {ATTEMPTS} attempts ({r.items} items, concurrency {max(1, level.items // 2)} each),"
+        f" POST p95 {ms(o.api['experiment'], 0.95)} ms; not finished: {r.experiments_unfinished}"
+        f" (running after the drain: {o.unfinished_experiments}), items not scored 1:"
+        f" {r.items_not_scored}; followers that saw the finish: {len(o.items_seen)}, missed an"
+        f" item.ended: {short}, seq gaps: {o.experiment_gaps}, errors:"
+        f" {o.experiment_viewer_errors}; submit errors: {o.experiment_errors}"
     )
 
 
@@ -659,8 +852,14 @@ def levels(args: argparse.Namespace) -> list[Level]:
     rate = values(args.rate, float, count)
     steps = values(args.steps, int, count)
     viewers = values(args.viewers, int, count)
+    share = values(args.experiments, float, count)
+    rows = values(args.experiment_rows, int, count)
+    if any(not 0 <= s <= 1 for s in share) or any(r < 1 for r in rows):
+        raise SystemExit("--experiments: a share from 0 to 1; --experiment-rows: at least 1")
     return [
-        Level(slots[i], min(processes[i], slots[i]), rate[i], steps[i], viewers[i])
+        Level(
+            slots[i], min(processes[i], slots[i]), rate[i], steps[i], viewers[i], share[i], rows[i]
+        )
         for i in range(count)
     ]
 
@@ -713,6 +912,14 @@ def main() -> None:
     parser.add_argument("--steps", default="10", help="model turns per task")
     parser.add_argument("--viewers", default="1", help="live followers per task")
     parser.add_argument("--viewer", choices=("ws", "sse"), default="ws", help="their protocol")
+    parser.add_argument(
+        "--experiments", default="0.2", help="share of the tasks run as experiment items"
+    )
+    parser.add_argument(
+        "--experiment-rows",
+        default="2",
+        help=f"rows per experiment (x{len(ARMS) * ATTEMPTS} items)",
+    )
     parser.add_argument("--duration", type=float, default=10, help="submit window (s)")
     parser.add_argument("--drain", type=float, default=30, help="wait for the rest (s)")
     parser.add_argument("--apis", type=int, default=1, help="API processes")

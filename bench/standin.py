@@ -10,8 +10,9 @@ Redis and the API, never Docker or a model.
 readiness), `has_image` and the image inspect of the inventory, `create_sandbox`,
 `remove_container`, and the container and volume listings of the reaper (empty: no
 container ever exists). `StandInSandbox` answers `exec` and `shell` with exit 0 and one
-line of output (sent live, as a command's output is), and `collect` with a small
-`answer.txt` and a result file, stored as the task's artifacts.
+line of output (sent live, as a command's output is), and `collect` with `answer.txt`
+(`ANSWER`: the task's answer, which an experiment item's scorer scores) and a result
+file, stored as the task's artifacts.
 
 `InstantModel` plays a model name `scale-K`: K-1 `execute_bash` turns of `true`, then
 `submit` (the turn is picked by the assistant messages already in the history, as the
@@ -48,6 +49,9 @@ from app.specs import TaskSpec
 
 MODEL_PREFIX = "scale-"
 OUTPUT = b"ok\n"
+ANSWER = b"42"
+"""What every task's answer.txt holds: bench/scale.py's experiment rows expect it, so the
+experiments' `exact` scorer scores every item 1."""
 RESULT_BYTES = 2048
 """The size of the second artifact every task stores (besides answer.txt)."""
 
@@ -148,7 +152,7 @@ class StandInSandbox(DockerSandbox):
     async def collect(self, src_dir: str, caps: CollectCaps) -> Collected:
         stamp = datetime.now(UTC).isoformat().encode()
         result = (stamp + b"\n") * (RESULT_BYTES // (len(stamp) + 1))
-        files = [CollectedFile("answer.txt", b"42"), CollectedFile("result.txt", result)]
+        files = [CollectedFile("answer.txt", ANSWER), CollectedFile("result.txt", result)]
         return Collected(files=files)
 
     async def remove(self) -> None:
