@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ import httpx
 from app.agent.types import DeltaCallback
 
 DONE = "[DONE]"
+AFTER_DONE_MAX_CHARS = 64 * 2**10
 REFUSAL = re.compile(r"\b(stream_options|stream)\b")
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -54,20 +56,38 @@ def refused_option(response: httpx.Response) -> str | None:
 async def read_completion(response: httpx.Response, on_delta: DeltaCallback) -> dict[str, Any]:
     """Consume a streamed answer, reporting fragments; the equivalent chat.completion JSON."""
     assembler = ChunkAssembler()
-    async for data in sse_data(response.aiter_lines()):
-        if data.strip() == DONE:
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise StreamError(f"an event is not JSON: {data[:200]!r}") from exc
-        if not isinstance(chunk, dict):
-            raise StreamError(f"an event is not an object: {data[:200]!r}")
-        if chunk.get("error"):
-            raise StreamError(f"the server reported an error mid-stream: {chunk['error']}")
-        for kind, fragment in assembler.feed(chunk):
-            await on_delta(kind, fragment)
+    lines = response.aiter_lines()
+    async with aclosing(sse_data(lines)) as events:
+        async for data in events:
+            if data.strip() == DONE:
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                raise StreamError(f"an event is not JSON: {data[:200]!r}") from exc
+            if not isinstance(chunk, dict):
+                raise StreamError(f"an event is not an object: {data[:200]!r}")
+            if chunk.get("error"):
+                raise StreamError(f"the server reported an error mid-stream: {chunk['error']}")
+            for kind, fragment in assembler.feed(chunk):
+                await on_delta(kind, fragment)
+    await _read_to_end(lines)
     return assembler.completion()
+
+
+async def _read_to_end(lines: AsyncIterator[str]) -> None:
+    """Read what follows `[DONE]` (nothing, from any server seen) to the response's end.
+
+    A response left unread is closed with its connection, so every step would open a new
+    one (a TCP and, to a provider, a TLS handshake); read to its end, the connection goes
+    back to the client's pool. A server that keeps sending past `[DONE]` is read no further
+    than AFTER_DONE_MAX_CHARS: its connection is then closed, as before.
+    """
+    left = AFTER_DONE_MAX_CHARS
+    async for line in lines:
+        left -= len(line) + 1
+        if left < 0:
+            return
 
 
 async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
