@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +90,7 @@ async def _read_to_end(lines: AsyncIterator[str]) -> None:
             return
 
 
-async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+async def sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
     """The data of each SSE event (multi-line data joined by newlines); comments skipped."""
     data: list[str] = []
     async for line in lines:
