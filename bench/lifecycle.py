@@ -53,8 +53,10 @@ from typing import Any
 import aiodocker
 from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
+from aiodocker.stream import Stream
+from yarl import URL
 
-from app.sandbox.channel import ExecChannel
+from app.sandbox.channel import AGENT_SOURCE, ExecChannel
 from app.sandbox.docker import SETUP_SCRIPT
 from app.sandbox.policy import BASE_ENV, SandboxConfig, container_config
 
@@ -77,6 +79,8 @@ class Variant:
     stop_t: int | None = None
     channel: bool = True
     """Setup through the exec channel (ours); False: one plain `docker exec` (the package's)."""
+    attach: bool = False
+    """The channel's agent is the container's main process, reached by attach (no exec)."""
     measure_only: bool = False
 
 
@@ -112,6 +116,31 @@ def _workdir_plain_tmpfs(body: Body) -> None:
     volume = host.pop("Mounts")[0]
     options = volume["VolumeOptions"]["DriverConfig"]["Options"]["o"]
     host["Tmpfs"][volume["Target"]] = f"rw,exec,{options}"
+
+
+def _agent_as_main(body: Body) -> None:
+    """The channel's agent as the main process (its stdin/stdout attached before the start),
+    under a `timeout` keeping the deadline; a `sleep` holds the sandbox if the agent dies."""
+    body.update(
+        Cmd=[
+            *("timeout", "-s", "KILL", body["Cmd"][-1]),
+            *("sh", "-c", 'python3 -c "$1"; exec sleep infinity </dev/null >/dev/null 2>&1'),
+            *("sandhive-main", AGENT_SOURCE),
+        ],
+        OpenStdin=True,
+        StdinOnce=True,
+        AttachStdin=True,
+        AttachStdout=True,
+        AttachStderr=True,
+    )
+
+
+def _both(*edits: Callable[[Body], None]) -> Callable[[Body], None]:
+    def edit(body: Body) -> None:
+        for one in edits:
+            one(body)
+
+    return edit
 
 
 def _image(name: str) -> Callable[[Body], None]:
@@ -170,6 +199,12 @@ VARIANTS = (
     Variant("squashed image (1 layer)", _image(SQUASHED)),
     Variant("runtime crun", _set(Runtime="crun")),
     Variant("setup by docker exec, no channel", channel=False),
+    Variant("channel agent as main process (attach)", _agent_as_main, attach=True),
+    Variant(
+        "agent as main process, crun",
+        _both(_agent_as_main, _set(Runtime="crun")),
+        attach=True,
+    ),
     Variant("package's run shape, stop t=5", _package_body, "stop-delete", 5, channel=False),
     Variant("package's run shape, DELETE", _package_body, channel=False),
 )
@@ -324,18 +359,24 @@ class Bench:
             waiter = None
             if variant.end == "run-like":  # what the docker CLI's attached `run` asks first
                 waiter = asyncio.create_task(container.wait(condition="next-exit"))
+            channel = await _attached_channel(self.docker, container) if variant.attach else None
             await container.start()
-            await self.exercise(container, variant)
+            await self.exercise(container, variant, channel)
             self.in_container_ns += _container_ns(container.id)
             await self.end(container, variant, waiter)
         finally:
             await _force_remove(container)
             self.sampler.wanted.discard(container.id)
 
-    async def exercise(self, container: DockerContainer, variant: Variant) -> None:
+    async def exercise(
+        self, container: DockerContainer, variant: Variant, channel: ExecChannel | None
+    ) -> None:
         argv = ["sh", "-c", SETUP_SCRIPT, "sh", "/testbed"]
         if variant.channel:
-            channel = await ExecChannel.open(container, 2**20)
+            if channel is None:
+                channel = await ExecChannel.open(container, 2**20)
+            elif not await channel.wait_ready(10):
+                channel = None
             if channel is None:
                 raise RuntimeError("the exec channel did not start")
             try:
@@ -369,6 +410,20 @@ class Bench:
         if waiter is not None:
             with contextlib.suppress(DockerError):
                 await waiter
+
+
+async def _attached_channel(docker: aiodocker.Docker, container: DockerContainer) -> ExecChannel:
+    """A channel on the container's own stdin/stdout, attached before its start (one request,
+    no `docker exec`); aiodocker's `attach` would inspect the container first."""
+    query = "stdin=1&stdout=1&stderr=1&stream=1&logs=0&detachKeys="
+
+    async def setup() -> tuple[URL, bytes | None, bool]:
+        return URL(f"containers/{container.id}/attach?{query}"), None, False
+
+    stream = Stream(docker, setup)
+    stack = contextlib.AsyncExitStack()
+    await stack.enter_async_context(stream)
+    return ExecChannel(stack, stream, 2**20)
 
 
 def _container_ns(cid: str) -> int:

@@ -84,14 +84,19 @@ class ExecChannel:
             await stream.__aenter__()
             stack.push_async_callback(stream.close)
             channel = cls(stack, stream, cap_bytes)
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                if await channel._ready:
-                    return channel
+            if await channel.wait_ready(READY_TIMEOUT_S):
+                return channel
             await channel.close()
         except (DockerError, OSError, RuntimeError) as exc:  # OSError covers TimeoutError
             log.info("exec channel unavailable, using docker exec: %r", exc)
             await stack.aclose()
         return None
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """True once the agent said it is ready, False when its stream ended first;
+        TimeoutError when it said neither within timeout_s."""
+        async with asyncio.timeout(timeout_s):
+            return await self._ready
 
     async def exec(
         self,
