@@ -81,6 +81,8 @@ class Variant:
     """Setup through the exec channel (ours); False: one plain `docker exec` (the package's)."""
     attach: bool = False
     """The channel's agent is the container's main process, reached by attach (no exec)."""
+    setup: bool = True
+    """False: no command at all (not a usable sandbox: the floor of a container's life)."""
     measure_only: bool = False
 
 
@@ -199,6 +201,8 @@ VARIANTS = (
     Variant("squashed image (1 layer)", _image(SQUASHED)),
     Variant("runtime crun", _set(Runtime="crun")),
     Variant("setup by docker exec, no channel", channel=False),
+    Variant("no command at all (the floor)", setup=False, measure_only=True),
+    Variant("no command at all, crun", _set(Runtime="crun"), setup=False, measure_only=True),
     Variant("channel agent as main process (attach)", _agent_as_main, attach=True),
     Variant(
         "agent as main process, crun",
@@ -361,7 +365,8 @@ class Bench:
                 waiter = asyncio.create_task(container.wait(condition="next-exit"))
             channel = await _attached_channel(self.docker, container) if variant.attach else None
             await container.start()
-            await self.exercise(container, variant, channel)
+            if variant.setup:
+                await self.exercise(container, variant, channel)
             self.in_container_ns += _container_ns(container.id)
             await self.end(container, variant, waiter)
         finally:
@@ -375,7 +380,7 @@ class Bench:
         if variant.channel:
             if channel is None:
                 channel = await ExecChannel.open(container, 2**20)
-            elif not await channel.wait_ready(10):
+            elif not await _ready_or_closed(channel):
                 channel = None
             if channel is None:
                 raise RuntimeError("the exec channel did not start")
@@ -424,6 +429,17 @@ async def _attached_channel(docker: aiodocker.Docker, container: DockerContainer
     stack = contextlib.AsyncExitStack()
     await stack.enter_async_context(stream)
     return ExecChannel(stack, stream, 2**20)
+
+
+async def _ready_or_closed(channel: ExecChannel) -> bool:
+    """True once the attached agent is ready; otherwise the channel is closed."""
+    try:
+        if await channel.wait_ready(10):
+            return True
+    except TimeoutError:
+        pass
+    await channel.close()
+    return False
 
 
 def _container_ns(cid: str) -> int:

@@ -55,16 +55,20 @@ fi
 # container ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"). A
 # controller nobody enabled there (empty cgroup.subtree_control) moves to a v1 hierarchy of its
 # own by mounting one, as systemd would have done; runc is indifferent to where it sits.
+# This changes the host's cgroup mounts (until its next boot), for every user of the host.
 unified=/sys/fs/cgroup/unified
 if [ "$(stat -f -c %T /sys/fs/cgroup)" = tmpfs ] && [ -r "$unified/cgroup.controllers" ] \
-    && [ -n "$(cat "$unified/cgroup.controllers")" ] \
-    && [ -z "$(cat "$unified/cgroup.subtree_control")" ]; then
-    for controller in $(cat "$unified/cgroup.controllers"); do
-        log "moving the $controller cgroup controller to a v1 hierarchy (for crun)"
-        mkdir -p "/sys/fs/cgroup/$controller"
-        mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller" \
-            || echo "could not move $controller: crun will refuse containers on this host" >&2
-    done
+    && [ -n "$(cat "$unified/cgroup.controllers")" ]; then
+    if [ -n "$(cat "$unified/cgroup.subtree_control")" ]; then
+        echo "cgroup controllers in use on $unified: crun will refuse containers here" >&2
+    else
+        for controller in $(cat "$unified/cgroup.controllers"); do
+            log "moving the $controller cgroup controller to a v1 hierarchy (for crun)"
+            { mkdir -p "/sys/fs/cgroup/$controller" \
+                && mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller"; } \
+                || echo "could not move $controller: crun will refuse containers here" >&2
+        done
+    fi
 fi
 
 if ! docker info >/dev/null 2>&1; then

@@ -10,10 +10,11 @@ would have returned, so one parser serves both paths.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from app.agent.types import DeltaCallback
 
 DONE = "[DONE]"
 AFTER_DONE_MAX_CHARS = 64 * 2**10
+AFTER_DONE_TIMEOUT_S = 1.0
 REFUSAL = re.compile(r"\b(stream_options|stream)\b")
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -80,14 +82,17 @@ async def _read_to_end(lines: AsyncIterator[str]) -> None:
 
     A response left unread is closed with its connection, so every step would open a new
     one (a TCP and, to a provider, a TLS handshake); read to its end, the connection goes
-    back to the client's pool. A server that keeps sending past `[DONE]` is read no further
-    than AFTER_DONE_MAX_CHARS: its connection is then closed, as before.
+    back to the client's pool. The answer is whole by now, so nothing here may fail or slow
+    it: a server that sends more than AFTER_DONE_MAX_CHARS, keeps the stream open longer
+    than AFTER_DONE_TIMEOUT_S or breaks it just loses its connection, as before.
     """
     left = AFTER_DONE_MAX_CHARS
-    async for line in lines:
-        left -= len(line) + 1
-        if left < 0:
-            return
+    with suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(AFTER_DONE_TIMEOUT_S):
+            async for line in lines:
+                left -= len(line) + 1
+                if left < 0:
+                    return
 
 
 async def sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:

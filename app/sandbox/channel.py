@@ -96,7 +96,7 @@ class ExecChannel:
         """True once the agent said it is ready, False when its stream ended first;
         TimeoutError when it said neither within timeout_s."""
         async with asyncio.timeout(timeout_s):
-            return await self._ready
+            return await asyncio.shield(self._ready)  # a timeout leaves it for a next wait
 
     async def exec(
         self,

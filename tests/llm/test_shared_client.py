@@ -48,10 +48,9 @@ async def test_streamed_answers_are_read_to_their_end_and_their_connection_kept(
     (a TCP and, to a provider, a TLS handshake) per step."""
     llm_server.add_script("streamed", Script([Turn("submit", {})], repeat_last=True))
     profile = LLMProfile(base_url=llm_server.base_url, api_key=SecretStr("k"))
-    deltas: list[str] = []
 
     async def on_delta(kind: str, fragment: str) -> None:
-        deltas.append(kind)
+        """Given, so the model streams (as the agent loop always has it do)."""
 
     async with shared_http_client() as client:
         model = model_for_profile(

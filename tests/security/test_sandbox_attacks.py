@@ -161,6 +161,8 @@ class HostWatch:
     """Every sandbox of the watched tasks seen running."""
     init_pid: dict[str, int] = field(default_factory=dict)
     """Each sandbox's init (its PID 1) as a host PID."""
+    runtime: dict[str, str] = field(default_factory=dict)
+    """Each sandbox's OCI runtime, as the daemon ran it."""
     orphan_zombies: dict[tuple[int, int], tuple[str, float, float]] = field(default_factory=dict)
     """Zombies whose parent is a sandbox's init, by (pid, start): (sandbox, first, last seen)."""
     stop: threading.Event = field(default_factory=threading.Event)
@@ -185,15 +187,20 @@ class HostWatch:
     def sample_zombies(self, cid: str) -> None:
         """Zombies in the sandbox that its init should have reaped (their parent is init)."""
         if cid not in self.init_pid:
-            pid = subprocess.run(
-                ["docker", "inspect", "-f", "{{.State.Pid}}", cid],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
+            pid, _, runtime = (
+                subprocess.run(
+                    ["docker", "inspect", "-f", "{{.State.Pid}} {{.HostConfig.Runtime}}", cid],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                .stdout.strip()
+                .partition(" ")
+            )
             if not pid.isdigit() or pid == "0":
                 return
             self.init_pid[cid] = int(pid)
+            self.runtime[cid] = runtime
         init = self.init_pid[cid]
         try:  # a zombie has left its cgroup's list, not its parent's
             pids = Path(f"/proc/{init}/task/{init}/children").read_text().split()
@@ -346,7 +353,7 @@ RESOURCE_ATTACKS = [
 
 
 def test_resource_attacks_stay_inside_their_sandbox(
-    service: Service, scripted_llm: ScriptedLLMServer, watch: HostWatch
+    service: Service, scripted_llm: ScriptedLLMServer, watch: HostWatch, attack_settings: Settings
 ) -> None:
     scripted_llm.add_script(
         "attack-resources", Script([*RESOURCE_ATTACKS, *answer_and_submit("alive")])
@@ -408,6 +415,7 @@ def test_resource_attacks_stay_inside_their_sandbox(
     # No zombie outlived its sandbox, and init reaped the ones left to it (S-08).
     assert watch.containers
     assert len(watch.init_pid) == len(watch.containers)
+    assert set(watch.runtime.values()) == {attack_settings.sandbox_runtime}
     assert watch.lingering_zombies(ZOMBIE_GRACE_S) == []
     assert zombies_of(watch.containers) == []
     assert watch.pids_over == []
@@ -663,6 +671,7 @@ def test_privilege_control_plane_network_and_secret_probes_all_fail(
     scripted_llm: ScriptedLLMServer,
     watch: HostWatch,
     listener_ip: str,
+    attack_settings: Settings,
 ) -> None:
     scripted_llm.add_script("attack-probes", probe_script(listener_ip))
     scripted_llm.add_script("attack-canary-2", canary_script())
@@ -688,6 +697,7 @@ def test_privilege_control_plane_network_and_secret_probes_all_fail(
     assert (canary_task["status"], canary_task["answer"]) == ("succeeded", "canary ok")
     assert exposed == set(), exposed
     assert boxes, "the probed sandbox was gone before N-20 could look at it"
+    assert set(watch.runtime.values()) == {attack_settings.sandbox_runtime}
     assert ports == [], ports
     assert {a: text for a, text in answered.items() if text} == {}
     assert f"inside: {N20_TOKEN}" in seen[8], seen[8]  # it did listen, inside
