@@ -7,6 +7,8 @@ appended to a finished task's history.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from redis.asyncio import Redis
 
 from app.db import models
@@ -19,12 +21,20 @@ NETWORK_BLOCKED = "network.blocked"
 
 
 async def record_blocked(
-    sessions: Sessions, redis: Redis, task_id: str, attempt: int, host: str, reason: str
+    sessions: Sessions,
+    redis: Redis,
+    task_id: str,
+    attempt: int,
+    refusals: Sequence[tuple[str, str]],
 ) -> bool:
-    """Store and publish one refusal; False when the attempt no longer runs the task."""
+    """Store and publish refusals, each a (host, reason), in the order given, in one
+    transaction; False when the attempt no longer runs the task."""
     owns = (models.Task.attempt == attempt) & (models.Task.status == TaskStatus.running)
-    data = {"host": host, "reason": reason, "attempt": attempt}
+    items = [
+        (NETWORK_BLOCKED, {"host": host, "reason": reason, "attempt": attempt})
+        for host, reason in refusals
+    ]
     async with sessions.begin() as session:
-        events = await record_events(session, task_id, [(NETWORK_BLOCKED, data)], only_if=owns)
+        events = await record_events(session, task_id, items, only_if=owns)
     await publish_quietly(redis, events)
     return bool(events)

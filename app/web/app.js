@@ -749,8 +749,7 @@
         return;
       }
       if (call !== this.reloads || this.stopped) return; // a newer answer is on its way
-      // Never a running count lower than the steps already seen done (a finished task's is final).
-      if (!TERMINAL.has(task.status)) task.usage.steps = Math.max(task.usage.steps, this.stepsDone);
+      this.clampSteps(task);
       this.task = task;
       $("#t-prompt").textContent = this.task.prompt;
       this.setStatus(this.task.status);
@@ -909,9 +908,15 @@
 
     bumpSteps(step) {
       if ((step.attempt || this.attempt) === this.attempt) this.stepsDone = Math.max(this.stepsDone, step.index + 1);
-      if (!this.task || TERMINAL.has(this.task.status)) return; // a finished task's count is final
-      this.task.usage.steps = Math.max(this.task.usage.steps, this.stepsDone);
+      if (!this.task || TERMINAL.has(this.task.status)) return;
+      this.clampSteps(this.task);
       this.renderMeta();
+    }
+
+    // A running task reports 0 steps until it ends (its usage is stored then): never show
+    // fewer than the steps already seen done. A finished task's count is final.
+    clampSteps(task) {
+      if (!TERMINAL.has(task.status)) task.usage.steps = Math.max(task.usage.steps, this.stepsDone);
     }
 
     waiting(text) {
