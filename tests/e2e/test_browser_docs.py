@@ -1,15 +1,14 @@
 """`/docs` in a real browser with no internet: every operation shown, and a task submitted.
 
-Debian's `chromium` driven by Playwright, as in `test_browser_page.py`. Every request to
-another host is aborted and counted, and any console error (a CSP refusal is one) fails.
+Debian's `chromium` driven by Playwright, as in the other browser tests
+(tests/support/browser.py). Every request to another host is aborted and counted, and any
+console error (a CSP refusal is one) fails.
 The user's path: Authorize with a key, try POST /v1/tasks with its scripted example, 202.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 from playwright.async_api import Request, Route, async_playwright
@@ -18,11 +17,8 @@ from app.config import Settings
 from app.db.engine import Sessions
 from app.services import keys
 from tests.api.live_server import live_server
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT_DIR
 
-CHROMIUM = os.environ.get("SANDHIVE_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-CHROMIUM_ARGS += ["--disable-background-networking", "--disable-component-update"]
-SCREENSHOT_DIR = Path(os.environ.get("SANDHIVE_SCREENSHOT_DIR", "/tmp"))
 WAIT_MS = 30_000
 
 

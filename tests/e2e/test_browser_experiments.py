@@ -26,17 +26,17 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, FilePayload, Page, expect, sync_playwright
+from playwright.sync_api import FilePayload, Page, expect, sync_playwright
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
-from tests.e2e.test_browser_page import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from tests.support.browser import (
     PHONE,
     SCREENSHOT_DIR,
     WAIT_MS,
     assert_no_horizontal_scroll,
+    launch,
+    watched_page,
 )
 from tests.support.processes import Service, running_service
 
@@ -96,20 +96,6 @@ def get(service: Service, path: str) -> Any:
     response = httpx.get(f"{service.base_url}{path}", timeout=30)
     response.raise_for_status()
     return response.json()
-
-
-def watched_page(browser: Browser, problems: list[str], **options: Any) -> Page:
-    """A page whose script errors and console errors (CSP violations among them) are kept."""
-    page = browser.new_page(**options)
-    page.on("pageerror", lambda error: problems.append(f"pageerror: {error}"))
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console: {message.text}") if message.type == "error" else None
-        ),
-    )
-    page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
-    return page
 
 
 def fill_the_form(page: Page, sandbox_model: str, vanilla_model: str) -> None:
@@ -322,9 +308,15 @@ def test_the_page_runs_an_experiment_from_a_dataset_file(
     sandbox_model, vanilla_model = models(scripted_llm)
     problems: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
-            page = watched_page(browser, problems, viewport={"width": 1280, "height": 900})
+            page = watched_page(
+                browser,
+                problems,
+                console_errors=True,
+                dialogs=True,
+                viewport={"width": 1280, "height": 900},
+            )
             page.goto(f"{service.base_url}/")
             page.click("nav a[data-nav=experiments]")
             expect(page.locator("nav a[data-nav=experiments]")).to_have_attribute(
@@ -417,7 +409,13 @@ def test_the_page_runs_an_experiment_from_a_dataset_file(
 
             # A phone in dark mode: the finished experiment, nothing wider than the phone.
             phone = watched_page(
-                browser, problems, viewport=PHONE, is_mobile=True, color_scheme="dark"
+                browser,
+                problems,
+                console_errors=True,
+                dialogs=True,
+                viewport=PHONE,
+                is_mobile=True,
+                color_scheme="dark",
             )
             phone.goto(f"{service.base_url}/#/experiments/{experiment_id}")
             expect(phone.locator("article.exp")).to_have_attribute(
@@ -442,9 +440,9 @@ def test_the_form_shows_every_problem_and_starts_nothing(service: Service) -> No
     problems: list[str] = []
     bad = b'{"id": "r1", "problem_statement": "p", "ground_truth": "1"}\n{"id": "r1"}\n'
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
-            page = watched_page(browser, problems)
+            page = watched_page(browser, problems, console_errors=True, dialogs=True)
             page.goto(f"{service.base_url}/#/experiments/new")
             page.fill("#exp-name", "bad rows")
             page.click("#exp-submit")
@@ -515,9 +513,9 @@ def test_without_its_stream_the_page_polls_and_its_cancel_button_cancels(
         sync_playwright() as playwright,
     ):
         assert held.status_code == 200
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
-            page = watched_page(browser, problems)
+            page = watched_page(browser, problems, console_errors=True, dialogs=True)
             page.goto(f"{service.base_url}/#/experiments/{experiment_id}")
             expect(page.locator("#conn")).to_have_text("updating every 2 s", timeout=WAIT_MS)
             bar = page.locator(".exp-arm-progress[data-arm='slow'] .counts")

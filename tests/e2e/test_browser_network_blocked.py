@@ -16,10 +16,9 @@ import httpx
 from playwright.sync_api import Page, expect, sync_playwright
 
 from app.scripted import Script, ScriptedLLMServer, Turn
-from tests.e2e.test_browser_page import SCREENSHOT_DIR, WAIT_MS
-from tests.e2e.test_browser_task_view import launch
 from tests.security.test_egress_domains import Proxied, service, submit, upstream
 from tests.security.test_sandbox_attacks import observations, wait_removed
+from tests.support.browser import SCREENSHOT_DIR, WAIT_MS, launch, watched_page
 
 __all__ = ["service", "upstream"]  # the egress fixtures, used here by name
 
@@ -76,9 +75,8 @@ def test_the_page_shows_each_refused_host_live_and_after_a_reload(
         with sync_playwright() as playwright:
             browser = launch(playwright)
             try:
-                page = browser.new_page(viewport={"width": 1280, "height": 720})
                 errors: list[str] = []
-                page.on("pageerror", lambda error: errors.append(str(error)))
+                page = watched_page(browser, errors, viewport={"width": 1280, "height": 720})
                 page.goto(f"{service.svc.base_url}/#/tasks/{task_id}")
 
                 # Live: the refusals show up while the task still runs (its `sleep 6` step).

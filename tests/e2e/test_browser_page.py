@@ -18,7 +18,6 @@ duplicating steps; the cancel button cancels; a phone never scrolls sideways.
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -31,36 +30,23 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import (
-    Browser,
-    FilePayload,
-    Page,
-    ViewportSize,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Browser, FilePayload, Page, expect, sync_playwright
 from pydantic import SecretStr
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
+from tests.support.browser import (
+    PHONE,
+    SCREENSHOT_DIR,
+    WAIT_MS,
+    assert_no_horizontal_scroll,
+    launch,
+    watched_page,
+)
 from tests.support.processes import Service, running_service, settings_env
 
-CHROMIUM = os.environ.get("SANDHIVE_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOT_DIR = Path(os.environ.get("SANDHIVE_SCREENSHOT_DIR", "/tmp"))
-WAIT_MS = 90_000
 MODEL = "browser-page"
 PROFILE = "scripted"  # an LLM profile from a TOML file, so the form's choice is visible
-PHONE: ViewportSize = {"width": 390, "height": 844}
 
 DROPPED = ("numbers.txt", "1 2 3 dropped on the page\n")
 PICKED = ("words.txt", "picked with the file input\n")
@@ -264,11 +250,6 @@ def get_task(service: Service, task_id: str) -> dict[str, Any]:
     return task
 
 
-def assert_no_horizontal_scroll(page: Page) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], f"the page is {width}px wide on a {PHONE['width']}px phone"
-
-
 CONN_STATES = """() => {
     const conn = document.querySelector("#conn");
     window.connStates = [conn.dataset.state];
@@ -281,10 +262,8 @@ CONN_STATES = """() => {
 
 def laptop_page(browser: Browser) -> tuple[Page, list[str]]:
     """A laptop-sized page, and the JavaScript errors it raises (a test asserts none)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return page, errors
+    return watched_page(browser, errors, viewport={"width": 1280, "height": 900}), errors
 
 
 def test_the_page_runs_a_task_live_and_survives_an_api_restart(
@@ -293,7 +272,7 @@ def test_the_page_runs_a_task_live_and_survives_an_api_restart(
     scripted_llm.add_script(MODEL, SCRIPT)
     screenshot = SCREENSHOT_DIR / "sandhive-page.png"
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page, errors = laptop_page(browser)
             page.goto(f"{service.base_url}/")
@@ -381,8 +360,9 @@ def test_the_page_runs_a_task_live_and_survives_an_api_restart(
 
                 # A fresh visit to the finished task (a phone, in dark mode) replays it all
                 # once, and nothing on it is wider than the phone.
-                phone = browser.new_page(viewport=PHONE, is_mobile=True, color_scheme="dark")
-                phone.on("pageerror", lambda error: errors.append(str(error)))
+                phone = watched_page(
+                    browser, errors, viewport=PHONE, is_mobile=True, color_scheme="dark"
+                )
                 phone.goto(f"{service.base_url}/")
                 expect(phone.locator("#task-list a").first).to_be_visible(timeout=WAIT_MS)
                 assert_no_horizontal_scroll(phone)
@@ -456,7 +436,7 @@ def test_the_cancel_button_cancels_a_running_task(
 ) -> None:
     scripted_llm.add_script(CANCEL_MODEL, CANCEL_SCRIPT)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page, errors = laptop_page(browser)
             page.goto(f"{service.base_url}/")
@@ -517,7 +497,7 @@ def test_the_page_asks_for_a_key_and_streams_with_it(
         "browser-keyed", Script(turns=[Turn(tool="submit", arguments={}, content="Nothing to do.")])
     )
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page = browser.new_page()
             page.goto(f"{keyed_service.base_url}/")

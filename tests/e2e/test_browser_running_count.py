@@ -27,8 +27,7 @@ from playwright.sync_api import Route, expect, sync_playwright
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
-from tests.e2e.test_browser_page import WAIT_MS
-from tests.e2e.test_browser_task_view import launch
+from tests.support.browser import WAIT_MS, launch, watched_page
 from tests.support.processes import Service, running_service
 
 MODEL = "browser-running-count"
@@ -101,9 +100,8 @@ def test_a_running_task_opened_mid_run_shows_its_completed_steps_and_never_fewer
 
         browser = launch(playwright)
         try:
-            page = browser.new_page()
             errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page = watched_page(browser, errors)
             page.add_init_script(RECORD_COUNTS)
             answered: list[float] = []
 

@@ -17,8 +17,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
-from tests.e2e.test_browser_page import WAIT_MS
-from tests.e2e.test_browser_task_view import launch
+from tests.support.browser import WAIT_MS, launch, watched_page
 from tests.support.processes import Service, running_service
 
 HOSTILE = "<img src=x onerror=document.body.dataset.owned=1>"
@@ -50,9 +49,8 @@ def test_the_files_panel_browses_a_running_task(service: Service, files_model: s
     with sync_playwright() as playwright:
         browser = launch(playwright)
         try:
-            page = browser.new_page()
             errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page = watched_page(browser, errors)
             page.goto(f"{service.base_url}/")
             page.fill("#prompt", "Write files, then wait.")
             page.click(".options summary")

@@ -26,7 +26,7 @@ from playwright.sync_api import FilePayload, Page, expect, sync_playwright
 from app.config import Settings
 from app.scripted import DEMO_ANSWER
 from app.scripted.profile import TOUR_ANSWER
-from tests.e2e.test_browser_page import CHROMIUM, CHROMIUM_ARGS, PHONE, SCREENSHOT_DIR, WAIT_MS
+from tests.support.browser import PHONE, SCREENSHOT_DIR, WAIT_MS, launch, watched_page
 from tests.support.processes import Service, running_service
 
 FILE_LIMIT = 64 * 1024
@@ -139,16 +139,15 @@ def test_find_page_compare_and_refuse_an_oversize_file(
     assert (demo["answer"], tour["answer"]) == (DEMO_ANSWER, TOUR_ANSWER)
     total = VANILLA + 3
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors: list[str] = []
+            page = watched_page(browser, errors, viewport={"width": 1400, "height": 1000})
             posts: list[str] = []
             page.on(
                 "request",
                 lambda r: posts.append(r.url) if r.method == "POST" else None,
             )
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{base}/")
 
             # the first page: 30 rows, the columns, then "Load more" for the rest

@@ -24,18 +24,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.scripted.profile import TOUR_ANSWER, TOUR_IMAGE, TOUR_MODEL
-from tests.e2e.test_browser_page import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from tests.support.browser import (
     PHONE,
     SCREENSHOT_DIR,
     WAIT_MS,
     assert_no_horizontal_scroll,
+    launch,
+    watched_page,
 )
 from tests.support.processes import Service, running_service
 
@@ -58,11 +58,6 @@ def bare(settings: Settings) -> Settings:
 def service(bare: Settings, tmp_path: Path) -> Iterator[Service]:
     with running_service(bare, tmp_path) as svc:
         yield svc
-
-
-def launch(playwright: Any) -> Browser:
-    browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    return browser
 
 
 def scroll_y(page: Page) -> float:
@@ -106,9 +101,8 @@ def test_the_task_view_follows_the_live_step_then_puts_results_first(service: Se
     with sync_playwright() as playwright:
         browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
             errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page = watched_page(browser, errors, viewport={"width": 1280, "height": 720})
             page.goto(f"{service.base_url}/")
             expect(page.locator("select[name=profile]")).to_have_value("scripted")
             page.fill("#prompt", "Find the longest Collatz chain below 10000 and plot them all.")
@@ -247,8 +241,9 @@ def test_the_task_view_follows_the_live_step_then_puts_results_first(service: Se
             assert painted_pixels(page, "#tokens-chart") > 1000
 
             # A link to one step, opened fresh, lands on it (on a dark phone).
-            phone = browser.new_page(viewport=PHONE, is_mobile=True, color_scheme="dark")
-            phone.on("pageerror", lambda error: errors.append(str(error)))
+            phone = watched_page(
+                browser, errors, viewport=PHONE, is_mobile=True, color_scheme="dark"
+            )
             phone.goto(f"{service.base_url}/#/tasks/{task_id}/steps/{ANSWER_INDEX + 1}")
             expect(phone.locator("#t-status")).to_have_text("succeeded", timeout=WAIT_MS)
             target = phone.locator(f"li.step[data-index='{ANSWER_INDEX}']")
@@ -301,9 +296,8 @@ def test_long_observations_fold_to_head_and_tail_and_hostile_text_stays_text(
     with sync_playwright() as playwright:
         browser = launch(playwright)
         try:
-            page = browser.new_page()
             errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page = watched_page(browser, errors)
             page.goto(f"{scripted_service.base_url}/")
             page.fill("#prompt", "Print a lot.")
             page.click(".options summary")

@@ -17,7 +17,7 @@ from playwright.sync_api import expect, sync_playwright
 from app.config import SCRIPTED_ONLY_NOTICE, Settings
 from app.scripted import DEMO_ANSWER
 from app.scripted.profile import TOUR_ANSWER, TOUR_IMAGE
-from tests.e2e.test_browser_page import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
+from tests.support.browser import WAIT_MS, launch
 from tests.support.processes import Service, run_app, running_service, settings_env
 
 README_PROMPT = "Compute the 10th Catalan number and write it to answer.txt"
@@ -39,7 +39,7 @@ def service(bare: Settings, tmp_path: Path) -> Iterator[Service]:
 
 def test_the_readme_first_task_runs_from_the_page_with_no_model(service: Service) -> None:
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page = browser.new_page()
             page.goto(f"{service.base_url}/")
