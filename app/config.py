@@ -1,6 +1,6 @@
 """Settings: every knob of Sandhive, read from `SANDHIVE_*` environment variables.
 
-Built once at the edge (`app.cli`) and passed down; there is no module-level
+Built once at the edge (`app.cli.main`) and passed down; there is no module-level
 instance. Deep code receives the values it needs, not the whole object.
 `python -m app.config --markdown` prints docs/configuration.md from the fields' docstrings.
 """

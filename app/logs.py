@@ -4,7 +4,7 @@
 line logged afterwards in the same asyncio task (a contextvar, so attempts
 running side by side never mix them up). Every line, in both formats, goes
 through `scrub`, which blanks API keys, bearer tokens, provider keys and URL
-passwords. Imported by app.cli and app.worker; imports nothing of Sandhive.
+passwords. Imported by app.cli.main and app.worker; imports nothing of Sandhive.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ worker itself on `SANDHIVE_WORKER_METRICS_PORT` (`serve`, with its /healthz and
 /readyz). Cluster-wide figures
 (tasks by status, queue depth and age, workers) are computed by the API's
 `/metrics` from Postgres and Redis at scrape time (`app.api.metrics`).
-Imported by app.worker, app.cli, app.episode (the sandbox start time; under
+Imported by app.worker, app.cli.main, app.runner.episode (the sandbox start time; under
 `sandhive run` it is recorded and never served) and the experiment runner (scorer time,
 also recorded, never served, when the API advances an experiment); imports nothing of
 Sandhive.

@@ -5,7 +5,7 @@
                                        [--runtimes runc crun ...] [--runtimes-only]
 
 What it measures, on the episode path the worker and `sandhive run` share
-(`app.episode.Runner`: sandbox start, inputs, agent loop, tools, collection,
+(`app.runner.episode.Runner`: sandbox start, inputs, agent loop, tools, collection,
 removal; the queue and Postgres are not in it):
   * start: episode start to the first LLM request (median, p95), cold sandboxes and,
     when the warm pool exists (`app.sandbox.pool`), claimed from a warm pool;
@@ -35,14 +35,14 @@ from typing import Any
 
 from app.agent.types import Completion, Step, ToolCall
 from app.config import Settings
-from app.episode import Runner
+from app.domain.resolve import resolve_spec
+from app.domain.specs import TaskSpec
 from app.errors import SandboxError
-from app.resolve import resolve_spec
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.pool import WarmPool
-from app.schemas import TaskCreate
-from app.specs import TaskSpec
+from app.schemas.tasks import TaskCreate
 
 SETTINGS = Settings(
     _env_file=None,

@@ -22,7 +22,7 @@ from standin import open_standin_runner
 
 from app import logs
 from app.config import Settings
-from app.services import attempts
+from app.services.tasks import attempts
 from app.worker.pool import Worker
 
 

@@ -39,13 +39,13 @@ from app.agent.types import (
     ToolSchema,
 )
 from app.config import Settings
-from app.episode import EpisodeResult, Runner
+from app.domain.specs import TaskSpec
 from app.llm.transport import shared_http_client
+from app.runner.episode import EpisodeResult, Runner
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, Collected, CollectedFile
 from app.sandbox.policy import SandboxConfig
 from app.scripted import Script, Turn
-from app.specs import TaskSpec
 
 MODEL_PREFIX = "scale-"
 OUTPUT = b"ok\n"
@@ -206,7 +206,8 @@ class StandInRunner(Runner):
 async def open_standin_runner(
     settings: Settings, *, warm_labels: Mapping[str, str] | None = None
 ) -> AsyncIterator[Runner]:
-    """`app.episode.open_runner` over `StandInHost`, without a warm pool (a start is free)."""
+    """`app.runner.episode.open_runner` over `StandInHost`, without a warm pool (a start is
+    free)."""
     async with StandInHost() as host, shared_http_client() as http:
         runner = StandInRunner(settings, host, http=http, remove_in_background=True)
         try:

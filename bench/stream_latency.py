@@ -226,8 +226,8 @@ async def write_steps(task_id: str, steps: int, interval: float) -> None:
     from app.agent.types import Action, Step
     from app.db.engine import create_engine, create_sessions
     from app.ids import utc_now
-    from app.schemas import UsageOut
-    from app.services import attempts, lifecycle
+    from app.schemas.tasks import UsageOut
+    from app.services.tasks import attempts, lifecycle
     from app.states import FinishReason
     from app.worker.sink import TaskSink
 

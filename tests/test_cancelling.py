@@ -1,4 +1,4 @@
-"""`app.cancelling.stop` ends tasks that lost their cancel, and never leaves one running.
+"""`app.kit.cancelling.stop` ends tasks that lost their cancel, and never leaves one running.
 
 The swallowing task below plays Python 3.11's `asyncio.wait_for` (gh-86296), which redis-py's
 connect and send use: the cancel that lands as the call finishes is dropped, and the task
@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from app import cancelling
+from app.kit import cancelling
 
 ENDS_WITHIN_S = 5.0
 

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from app import cli, logs
+from app import logs
+from app.cli import main as cli
 from app.config import NO_MODEL_NOTICE, SCRIPTED_ONLY_NOTICE, Settings
 
 ROOT = Path(__file__).resolve().parent.parent

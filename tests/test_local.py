@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 
 from app.agent.types import Action, Outcome, Step
-from app.episode import EpisodeResult
+from app.cli.run_display import Summary, TerminalSink, summary_panel
 from app.ids import utc_now
-from app.local import write_outputs
-from app.run_display import Summary, TerminalSink, summary_panel
+from app.runner.episode import EpisodeResult
+from app.runner.local import write_outputs
 from app.sandbox.files import CollectedFile
 from app.states import FinishReason
 
@@ -141,7 +141,7 @@ def test_output_paths_cannot_escape_the_files_folder(tmp_path: Path) -> None:
 def test_run_refuses_a_persistent_shell_with_the_reference_profile() -> None:
     from typer.testing import CliRunner
 
-    from app.cli import cli
+    from app.cli.main import cli
 
     args = ["run", "--prompt", "p", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
     done = CliRunner().invoke(cli, [*args, "--tools-profile", "reference", "--shell", "persistent"])

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import cli
-from app.package_settings import load_package_settings, parse_extra_body
+from app.cli.main import cli
+from app.domain.package_settings import load_package_settings, parse_extra_body
 from app.scripted import Script, ScriptedLLMServer, Turn
 
 BASE = ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--prompt", "p"]

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.errors import InvalidInput
-from app.experiment_schemas import ExperimentCreate
-from app.package_folder import (
+from app.domain.package_folder import (
     VANILLA_FIELD,
     FolderError,
     RunOptions,
@@ -20,7 +18,9 @@ from app.package_folder import (
     parse_scorer,
     read_folder,
 )
-from app.services.experiment_input import check_experiment, item_prompt
+from app.errors import InvalidInput
+from app.schemas.experiments import ExperimentCreate
+from app.services.experiments.input import check_experiment, item_prompt
 from tests.support.settings import plain_settings
 
 REWARD = """def compute_score(agent_answer, ground_truth, **row):

@@ -1,4 +1,4 @@
-"""Background loops end when asked, even when a job swallowed its cancel (`app.periodic`).
+"""Background loops end when asked, even when a job swallowed its cancel (`app.kit.periodic`).
 
 Found by a worker SIGTERMed just after it started: its heartbeat chore's first
 run swallowed the cancel, the chore slept on, and the worker hung until SIGKILL.
@@ -12,7 +12,7 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 
 STOP_WITHIN_S = 5.0
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import InvalidInput
-from app.prompt_configs import (
+from app.domain.prompt_configs import (
     BUILTIN,
     known_names,
     load_prompt_file,
@@ -16,7 +15,8 @@ from app.prompt_configs import (
     resolve_prompt,
     stored_prompt,
 )
-from app.schemas import PromptPair
+from app.errors import InvalidInput
+from app.schemas.tasks import PromptPair
 
 SECTIONS = (
     "TASK",

@@ -1,4 +1,4 @@
-"""Captures stored as deltas and rebuilt exactly (`app.rollout_capture`), whatever the
+"""Captures stored as deltas and rebuilt exactly (`app.domain.rollout_capture`), whatever the
 requests and prompt ids share; and the GRPO group statistics."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.rollout_capture import ADVANTAGE_EPS, Compactor, group_stats, rebuild
+from app.domain.rollout_capture import ADVANTAGE_EPS, Compactor, group_stats, rebuild
 
 
 def capture(request: list[dict[str, Any]], answer: str, prompt: list[int] | None) -> dict[str, Any]:

@@ -9,13 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from app.api.app import create_app
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
+from app.domain.specs import read_spec
 from app.errors import InvalidInput
-from app.local import resolve_run
-from app.specs import read_spec
+from app.runner.local import resolve_run
 from tests.api.conftest import serve
 
 # Server defaults that differ from every built-in one: a path that ignored them would show.

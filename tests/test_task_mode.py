@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.api.app import create_app
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.db.engine import Sessions
 from app.scripted import Script, ScriptedLLMServer, Turn

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.agent.types import Action, Step
-from app.schemas import ActionOut, StepOut
-from app.trajectory_format import reference_trajectory
+from app.domain.trajectory_format import reference_trajectory
+from app.schemas.tasks import ActionOut, StepOut
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EXPECTED = {

@@ -1,5 +1,5 @@
 """Vanilla mode through the real `Runner` and the scripted model server: one call, no tools,
-no sandbox; its resolution (app/resolve.py) and the scripted server's no-tools scripts."""
+no sandbox; its resolution (app/domain/resolve.py) and the scripted server's no-tools scripts."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import pytest
 from app.agent.types import Step
 from app.agent.vanilla import embed_documents
 from app.config import Settings
-from app.episode import EpisodeResult, Runner
+from app.domain.resolve import check_inputs, parse_submission, resolve_spec
+from app.domain.specs import stored
 from app.errors import InvalidInput
 from app.llm.openai import OpenAIChatModel
-from app.resolve import check_inputs, parse_submission, resolve_spec
+from app.runner.episode import EpisodeResult, Runner
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.reaper import TASK_LABEL
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.specs import stored
 from app.states import FinishReason
 
 

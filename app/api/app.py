@@ -14,13 +14,9 @@ from fastapi import APIRouter, FastAPI
 
 from app import __version__
 from app.api import (
-    artifacts,
     docs,
     episodes,
     errors,
-    experiment_stream,
-    experiments,
-    files,
     images,
     limits,
     llm,
@@ -30,12 +26,14 @@ from app.api import (
     ops,
     page,
     rollouts,
-    stream,
     streaming,
-    tasks,
     webhooks,
 )
 from app.api.deps import open_api_resources
+from app.api.experiments import routes as experiments
+from app.api.experiments import stream as experiment_stream
+from app.api.tasks import artifacts, files, stream
+from app.api.tasks import routes as tasks
 from app.config import Settings
 
 ROUTERS: tuple[APIRouter, ...] = (

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from app.api.deps import Res, Tenant
-from app.episode_schemas import (
+from app.schemas.episodes import (
     EpisodeCreate,
     EpisodeOpened,
     EpisodeOut,
@@ -18,8 +18,10 @@ from app.episode_schemas import (
     EpisodeStepOut,
     RewardOut,
 )
-from app.schemas import ErrorOut
-from app.services import episodes, episodes_calls, episodes_reward
+from app.schemas.tasks import ErrorOut
+from app.services.episodes import calls as episodes_calls
+from app.services.episodes import reward as episodes_reward
+from app.services.episodes import service as episodes
 
 router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
 

@@ -2,7 +2,7 @@
 
 `install` registers one handler per kind of failure: our `AppError`s, request
 validation, Starlette's HTTP errors (unknown route, wrong method), Postgres or
-Redis unreachable (503 + Retry-After, `app.outage`) and anything unexpected
+Redis unreachable (503 + Retry-After, `app.kit.outage`) and anything unexpected
 (500, logged, never a stack trace in the body).
 """
 
@@ -18,9 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app import outage
 from app.config import Settings
 from app.errors import AppError
+from app.kit import outage
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.api.deps import Res, Tenant
-from app.catalogue import Image, for_tenant
-from app.image_schemas import ImageList, ImageOut, ImageResourcesOut
-from app.schemas import ErrorOut
+from app.domain.image_catalogue import Image, for_tenant
+from app.schemas.images import ImageList, ImageOut, ImageResourcesOut
+from app.schemas.tasks import ErrorOut
 from app.services import admin
 
 router = APIRouter(prefix="/v1", tags=["images"])

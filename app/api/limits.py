@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import Res, Tenant
-from app.schemas import ErrorOut
+from app.schemas.tasks import ErrorOut
 
 router = APIRouter(prefix="/v1", tags=["limits"])
 

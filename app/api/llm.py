@@ -12,7 +12,7 @@ from fastapi import APIRouter
 
 from app.api.deps import Res, Tenant
 from app.config import LLMProfile
-from app.schemas import ErrorOut, LLMProfileList, LLMProfileOut
+from app.schemas.tasks import ErrorOut, LLMProfileList, LLMProfileOut
 
 router = APIRouter(prefix="/v1/llm", tags=["llm"])
 

@@ -25,8 +25,8 @@ from fastapi.routing import APIRoute
 
 from app.api.deps import current_tenant
 from app.config import Settings
-from app.experiment_schemas import EXPERIMENT_EXAMPLES
-from app.schemas import TASK_EXAMPLES
+from app.schemas.experiments import EXPERIMENT_EXAMPLES
+from app.schemas.tasks import TASK_EXAMPLES
 
 BEARER = "bearer"
 REQUEST_EXAMPLES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {

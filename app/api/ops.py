@@ -12,7 +12,7 @@ from sqlalchemy import text
 from app.api.deps import Res
 from app.errors import NotReady
 from app.resources import Resources
-from app.schemas import ErrorOut
+from app.schemas.tasks import ErrorOut
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ops"])

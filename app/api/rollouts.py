@@ -15,9 +15,9 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import Res, Tenant
 from app.api.query import known_query_only
-from app.rollout_schemas import ExportFormat
-from app.schemas import ErrorOut
-from app.services import rollout_export
+from app.schemas.rollouts import ExportFormat
+from app.schemas.tasks import ErrorOut
+from app.services.rollouts import export as rollout_export
 
 router = APIRouter(tags=["rl"])
 

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from app.bus import streamslots
 from app.config import Settings
 from app.errors import TooManyRequests
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.resources import Resources
 
 log = logging.getLogger(__name__)

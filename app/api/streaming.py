@@ -1,5 +1,5 @@
 """The plumbing every event-stream route shares, whatever it streams (a task's events in
-app/api/stream.py, an experiment's in app/api/experiment_stream.py), so that the two
+app/api/tasks/stream.py, an experiment's in app/api/experiments/stream.py), so that the two
 end, refuse and give way the same: a WebSocket served under the tenant's open-stream cap
 with its errors turned into close codes, an SSE response that ends when the client
 leaves or the server stops, and the race that lets a blocked send go.
@@ -17,10 +17,10 @@ from fastapi import Depends, Response, WebSocket, WebSocketDisconnect
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from app import cancelling, outage
 from app.api import streamcap
 from app.api.deps import current_tenant
 from app.errors import AppError
+from app.kit import cancelling, outage
 from app.resources import Resources
 
 log = logging.getLogger(__name__)

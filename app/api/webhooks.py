@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Response, status
 
 from app.api.deps import Res, Tenant
-from app.schemas import ErrorOut
-from app.services import webhooks
-from app.webhook_schemas import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
+from app.schemas.tasks import ErrorOut
+from app.schemas.webhooks import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
+from app.services.webhooks import service as webhooks
 
 router = APIRouter(tags=["webhooks"])
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 404, 422)}

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app import cancelling, defaults
+from app import defaults
 from app.bus import live
+from app.kit import cancelling
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class _Feed:
     cursor: str | None = None
     reader: asyncio.Task[None] | None = None
     stopped: bool = False
-    """Set with the reader's cancel: a cancel that a Redis call swallowed (app/periodic.py)
+    """Set with the reader's cancel: a cancel that a Redis call swallowed (app/kit/periodic.py)
     must not leave the reader polling a feed nobody holds."""
 
 

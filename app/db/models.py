@@ -113,7 +113,7 @@ class Step(Base):
     """Why the step was cut short (`schemas.StepOut.interrupted`); None when it ran to its end."""
     capture: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
     """With `llm.capture`: the call's new request messages, answer, token ids and logprobs,
-    stored as a delta to the step before (`app.rollout_capture`); None otherwise. Deferred:
+    stored as a delta to the step before (`app.domain.rollout_capture`); None otherwise. Deferred:
     trajectory reads never load it."""
 
 

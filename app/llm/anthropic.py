@@ -1,6 +1,6 @@
 """Anthropic's Messages API over httpx: the `ChatModel` for profiles of kind "anthropic".
 
-Imported by `app.episode` (through the profile's kind) and tests. Native tool
+Imported by `app.runner.episode` (through the profile's kind) and tests. Native tool
 use and extended thinking (turned on through `extra_body`, e.g.
 `{"thinking": {"type": "enabled", "budget_tokens": 4096}}`); thinking text
 becomes the step's reasoning and its blocks are sent back verbatim. Retries,

@@ -1,6 +1,6 @@
 """From a server-side provider profile to the model client that speaks its wire format.
 
-Imported by `app.episode` (worker and `sandhive run`). A profile's `kind` picks
+Imported by `app.runner.episode` (worker and `sandhive run`). A profile's `kind` picks
 the client; the key comes from the profile, never from the task.
 """
 

@@ -21,7 +21,7 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 import app
-from app.catalogue import DEFAULT, Image
+from app.domain.image_catalogue import DEFAULT, Image
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, docker_errors
 

@@ -17,7 +17,7 @@ Nor can a container's deadline (`SandboxConfig.deadline_s`, its main command) ch
 and a pooled sandbox is made before its task is known: it gets `max_age_s` (the most it
 waits) plus `task_deadline_s` (the most any task's sandbox needs), and `claim` hands it
 only to a task whose own deadline still fits in what is left of that.
-Imported by the worker pool and `app.episode`.
+Imported by the worker pool and `app.runner.episode`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A real HTTP server (`ScriptedLLMServer`) that answers OpenAI's chat completions
 and Anthropic's Messages API by playing a `Script` of `Turn`s; used in place of
 a paid model by `sandhive demo`, the tests and `bench/`. Production code never
-imports it (an import-linter contract); `app.cli` does, for the demo and the profile.
+imports it (an import-linter contract); `app.cli.main` does, for the demo and the profile.
 `script` holds the shared model, `openai` and `anthropic` the two faces,
 `stream` their Server-Sent Events, `server` the app and its thread, `demo`
 the demo's task, `profile` the opt-in `scripted` LLM profile (`SANDHIVE_SCRIPTED_PROFILE`),

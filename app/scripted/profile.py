@@ -2,7 +2,7 @@
 
 `app.config` declares the profile (name, models) so the API can offer and check it;
 this module plays it. `serving` is entered by the processes that call models, the
-worker and `sandhive run` (`app.cli`), and by tests: it starts a `ScriptedLLMServer`
+worker and `sandhive run` (`app.cli.main`), and by tests: it starts a `ScriptedLLMServer`
 on a loopback port for the process's lifetime and points the profile at it, so the
 profile needs no URL of the API and no process of its own. Models: `demo` (the
 three steps of `sandhive demo`) and `tour` (many steps: a failing command, an edit,

@@ -21,8 +21,8 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import NotFound
 from app.ids import utc_now
-from app.services.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
-from app.services.task_images import image_name
+from app.services.images.task_images import image_name
+from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
 from app.states import FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)

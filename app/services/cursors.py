@@ -10,8 +10,8 @@ import base64
 import json
 from datetime import datetime
 
+from app.domain.resolve import problem
 from app.errors import InvalidInput
-from app.resolve import problem
 
 
 def encode_cursor(created_at: datetime, row_id: str) -> str:

@@ -29,7 +29,7 @@ from app.db.engine import Sessions
 from app.db.models import EVENTS, TASKS, Event, Task
 from app.errors import NotFound
 from app.ids import utc_now
-from app.schemas import EventOut
+from app.schemas.tasks import EventOut
 from app.services.visibility import found, visible
 from app.states import TaskStatus, is_terminal
 

@@ -10,16 +10,17 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from app import logs, outage
+from app import logs
 from app.agent.types import Outcome
-from app.episode import EpisodeResult
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
 from app.ids import utc_now
+from app.kit import outage
+from app.runner.episode import EpisodeResult
 from app.sandbox import reaper
-from app.schemas import UsageOut
-from app.services import attempts
-from app.services.attempts import StaleAttempt, StartedAttempt
-from app.services.lifecycle import TaskEnd
+from app.schemas.tasks import UsageOut
+from app.services.tasks import attempts
+from app.services.tasks.attempts import StaleAttempt, StartedAttempt
+from app.services.tasks.lifecycle import TaskEnd
 from app.states import FinishReason
 from app.worker.context import WorkerContext
 from app.worker.running import End, Running, StopReason

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.episode import Runner
 from app.resources import Resources
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 
 

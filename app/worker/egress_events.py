@@ -18,7 +18,7 @@ from collections import Counter
 from redis.asyncio import Redis
 
 from app.db.engine import Sessions
-from app.services.network_events import record_blocked
+from app.services.tasks.network_events import record_blocked
 
 MAX_EVENTS_PER_ATTEMPT = 200
 log = logging.getLogger(__name__)

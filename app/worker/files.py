@@ -29,10 +29,10 @@ from redis.exceptions import RedisError
 
 from app.bus import files as bus
 from app.errors import SandboxError
-from app.file_schemas import FileList, FileWritten
 from app.sandbox import task_files
 from app.sandbox.docker import DockerSandbox
 from app.sandbox.task_files import FileRefused
+from app.schemas.files import FileList, FileWritten
 from app.worker.context import WorkerContext
 from app.worker.running import Running
 

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from app.bus import cancel, leases
-from app.services import attempts
+from app.services.tasks import attempts
 from app.worker.context import WorkerContext
 from app.worker.running import Running, StopReason
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from app.bus import queue
-from app.catalogue import DEFAULT, CatalogueError, catalogue
 from app.config import Settings
+from app.domain.image_catalogue import DEFAULT, CatalogueError, catalogue
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost
 from app.sandbox.image import has_image

@@ -16,9 +16,9 @@ from collections.abc import Collection
 from redis.asyncio import Redis
 
 from app.bus import keys, leases
-from app.catalogue import DEFAULT
 from app.db.engine import Sessions
-from app.services import task_images
+from app.domain.image_catalogue import DEFAULT
+from app.services.images import task_images
 from app.worker.taking import Taken
 
 log = logging.getLogger(__name__)

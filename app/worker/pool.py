@@ -1,7 +1,7 @@
 """The worker pool: N slots on one event loop, each running one attempt at a time.
 
 arq/saq's shape rather than a framework: a slot count, a TaskGroup for
-attempts, background chores (`app.periodic`: heartbeat and lease renewal,
+attempts, background chores (`app.kit.periodic`: heartbeat and lease renewal,
 cancel watch, reconciliation, reaping, readiness checks), and a burst mode that
 returns once the queue is empty. SIGTERM stops claiming, lets running attempts finish for
 `worker_shutdown_grace_s`, then hands the rest back to the queue (a second
@@ -26,24 +26,18 @@ from app import logs, metrics
 from app.bus import leases, queue
 from app.bus.queue import Claim
 from app.config import Settings
-from app.episode import Runner, open_runner
-from app.periodic import Periodic, quietly
+from app.kit.periodic import Periodic, quietly
 from app.resources import open_resources
+from app.runner.episode import Runner, open_runner
 from app.sandbox.pool import pool_labels
-from app.services import admin, experiment_runner
-from app.worker import (
-    episodes_sweep,
-    heartbeat,
-    placement,
-    reaping,
-    scoring,
-    taking,
-    webhook_sender,
-)
+from app.services import admin
+from app.services.experiments import runner as experiment_runner
+from app.worker import heartbeat, placement, reaping, scoring, taking, webhook_sender
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
 from app.worker.egress_events import BlockedRecorder
-from app.worker.episodes import EpisodeServer
+from app.worker.episodes import sweep as episodes_sweep
+from app.worker.episodes.service import EpisodeServer
 from app.worker.files import FileServer
 from app.worker.health import Readiness
 from app.worker.images import ImageInventory
@@ -66,7 +60,7 @@ def default_name() -> str:
 
 class OpenRunner(Protocol):
     """How a worker opens its `Runner` (Docker host, warm pool, model client) for its life:
-    `app.episode.open_runner`'s signature."""
+    `app.runner.episode.open_runner`'s signature."""
 
     def __call__(
         self, settings: Settings, *, warm_labels: Mapping[str, str] | None = None

@@ -20,7 +20,7 @@ from collections.abc import Collection
 from app.bus import leases
 from app.sandbox import reaper
 from app.sandbox.reaper import Labelled
-from app.services import attempts
+from app.services.tasks import attempts
 from app.states import TaskStatus, is_terminal
 from app.worker.context import WorkerContext
 

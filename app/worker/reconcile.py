@@ -24,10 +24,12 @@ import time
 from datetime import timedelta
 
 from app.bus import keys, leases, queue
-from app.catalogue import DEFAULT as DEFAULT_IMAGE
-from app.catalogue import CatalogueError, catalogue
+from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
+from app.domain.image_catalogue import CatalogueError, catalogue
 from app.ids import utc_now
-from app.services import attempts, image_failures, task_images
+from app.services.images import failures as image_failures
+from app.services.images import task_images
+from app.services.tasks import attempts
 from app.states import TaskStatus
 from app.worker.context import WorkerContext
 

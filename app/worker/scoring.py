@@ -36,8 +36,8 @@ from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.judge import LlmJudgeScorer
 from app.scoring.python_code import PythonScorer
 from app.scoring.types import Score, Scorer, ScorerError, score_answer
-from app.services import experiment_scoring
-from app.services.experiment_scoring import Claimed, stored_scorer, wake_followers
+from app.services.experiments import scoring as experiment_scoring
+from app.services.experiments.scoring import Claimed, stored_scorer, wake_followers
 from app.worker.context import WorkerContext
 from app.worker.judge import judge
 
@@ -128,7 +128,7 @@ async def score_with(
 ) -> Score | ScorerError:
     """`scorer`'s score of `answer` for `row`, or why it could not give one, within
     `experiment_scoring_timeout_s`: the entry point of every deferred scoring (an
-    experiment's item, an episode's reward, `app.worker.episodes_reward`).
+    experiment's item, an episode's reward, `app.worker.episodes.reward`).
 
     Whatever the scorer raises is the answer's scorer error (with the exception's type),
     except a failure of this worker's infrastructure (Docker or the network unreachable:

@@ -22,11 +22,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import cancelling, metrics
+from app import metrics
 from app.agent.types import Step
-from app.rollout_capture import Compactor
-from app.schemas import ActionOut, EventOut, StepOut
-from app.services import attempts, events
+from app.domain.rollout_capture import Compactor
+from app.kit import cancelling
+from app.schemas.tasks import ActionOut, EventOut, StepOut
+from app.services import events
+from app.services.tasks import attempts
 
 MAX_BEHIND = 64
 """Writes the writer may lag behind the loop; past it a step waits (live events drop)."""

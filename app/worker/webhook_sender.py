@@ -6,7 +6,7 @@ import asyncio
 
 from app.config import Settings
 from app.db.engine import Sessions
-from app.services import webhook_delivery
+from app.services.webhooks import delivery as webhook_delivery
 
 
 async def send_due(sessions: Sessions, settings: Settings) -> int:

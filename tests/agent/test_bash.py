@@ -10,7 +10,7 @@ import pytest
 from app.agent.tools import ToolContext, ToolResult, run_tool
 from app.agent.types import AgentSpec, ToolCall
 from app.config import Settings
-from app.local import resolve_run
+from app.runner.local import resolve_run
 from app.sandbox import DockerSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -24,11 +24,11 @@ import pytest_asyncio
 from app.agent.tools import ToolContext, run_tool
 from app.agent.types import ToolCall
 from app.config import Settings
-from app.episode import Runner
-from app.resolve import resolve_spec
+from app.domain.resolve import resolve_spec
+from app.runner.episode import Runner
 from app.sandbox import DockerHost, DockerSandbox, SandboxConfig
 from app.sandbox.policy import container_config
-from app.schemas import TaskCreate
+from app.schemas.tasks import TaskCreate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -111,7 +111,7 @@ async def test_a_page_costs_the_same_few_queries_however_many_experiments(
         for _ in range(6):
             assert (await client.post("/v1/experiments", json=experiment())).status_code == 202
     async with open_resources(settings) as res:
-        from app.services import experiments
+        from app.services.experiments import service as experiments
 
         statements: list[str] = []
 

@@ -13,7 +13,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.resources import open_resources
-from app.services import experiment_runner
+from app.services.experiments import runner as experiment_runner
 from tests.api.conftest import assert_error, serve
 from tests.support.experiments import experiment
 

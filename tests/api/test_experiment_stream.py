@@ -25,8 +25,8 @@ from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.resources import open_resources
-from app.services import experiment_runner
-from app.services.experiment_events import record_experiment_events
+from app.services.experiments import runner as experiment_runner
+from app.services.experiments.events import record_experiment_events
 from tests.api.live_server import LiveServer, live_server
 from tests.api.test_stream import read_ws, stream_settings
 from tests.support.experiments import ADMIN_KEY, as_tenant, experiment

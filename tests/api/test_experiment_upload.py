@@ -13,7 +13,7 @@ from app.api.app import create_app
 from app.config import Settings
 from app.db.engine import Sessions
 from app.errors import TooLarge
-from app.services import experiment_upload
+from app.services.experiments import upload as experiment_upload
 from tests.api.conftest import assert_error, serve
 from tests.support.experiments import counts, experiment
 

@@ -22,7 +22,7 @@ import pytest
 from app.api import docs
 from app.api.app import create_app
 from app.config import Settings
-from app.schemas import MAX_TEXT_CHARS
+from app.schemas.tasks import MAX_TEXT_CHARS
 from tests.api.conftest import assert_error, serve
 
 MAIN_REQUESTS = {"/v1/tasks": "TaskCreate", "/v1/experiments": "ExperimentCreate"}

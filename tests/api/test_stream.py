@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from app.config import Settings
 from app.db.engine import Sessions
 from app.db.models import Task
-from app.schemas import EventOut
+from app.schemas.tasks import EventOut
 from app.services import events
 from app.services.events import record_event
 from tests.api.live_server import LiveServer, live_server

@@ -19,7 +19,8 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.resources import open_resources
-from app.services import attempts, webhook_delivery
+from app.services.tasks import attempts
+from app.services.webhooks import delivery as webhook_delivery
 from app.worker.webhook_sender import send_due
 from tests.api.conftest import assert_error, serve
 from tests.support.experiments import ADMIN_KEY, as_tenant, experiment

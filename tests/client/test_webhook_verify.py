@@ -8,7 +8,7 @@ import time
 import pytest
 from sandhive_client import WebhookVerificationError, verify_webhook
 
-from app.services.webhook_delivery import sign as server_sign
+from app.services.webhooks.delivery import sign as server_sign
 
 SECRET = "whsec_test_0123456789"
 BODY = json.dumps({"id": "evt_1", "type": "task.finished", "data": {"id": "tsk_1"}}).encode()

@@ -13,11 +13,12 @@ from app.scripted import ScriptedLLMServer
 from tests.e2e.test_task_end_to_end import EXPECTED, SQUARES, answer_script
 
 RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")
-"""`<YYYYMMDD_HHMMSS>`, as the reference package names its run folders (app/local.py)."""
+"""`<YYYYMMDD_HHMMSS>`, as the reference package names its run folders (app/runner/local.py)."""
 
 
 def local_sandboxes() -> set[str]:
-    """Ids of every container `sandhive run` labels as its own (app/local.py), stopped ones too."""
+    """Ids of every container `sandhive run` labels as its own (app/runner/local.py), stopped
+    ones too."""
     out = subprocess.run(
         ["docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandhive.local=1"],
         capture_output=True,
@@ -29,7 +30,7 @@ def local_sandboxes() -> set[str]:
 
 def printed_steps(stdout: str) -> list[tuple[int, str]]:
     """(number, what was printed for it) per step, as the terminal printer shows them: a
-    `Step N` rule, then the step's text, action and result (app/run_display.py), up to the
+    `Step N` rule, then the step's text, action and result (app/cli/run_display.py), up to the
     closing `finished` panel."""
     body = re.split(r"╭─ finished ", stdout, maxsplit=1)[0]
     rules = list(re.finditer(r"─ Step (\d+) ─", body))

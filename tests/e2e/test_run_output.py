@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from app.cli import cli
+from app.cli.main import cli
 from app.scripted.profile import TOUR_ANSWER, TOUR_IMAGE
 from tests.e2e.test_local_run import local_sandboxes, printed_steps
 

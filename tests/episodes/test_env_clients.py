@@ -1,4 +1,4 @@
-"""The clients of app/episode_env.py against a live service (`sandhive serve` and `sandhive
+"""The clients of app/clients/episode_env.py against a live service (`sandhive serve` and `sandhive
 worker` processes): the sync `Env` and the package-shaped `PackageEnv` replay the golden
 calls byte-identically, and `Env`, `AsyncEnv` and `PackageEnv` reset, reward and close.
 
@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.clients.episode_env import AsyncEnv, Env, EpisodeError, PackageEnv
 from app.config import Settings
-from app.episode_env import AsyncEnv, Env, EpisodeError, PackageEnv
 from tests.agent.test_golden import expected_observation
 from tests.e2e.fault_harness import Cluster, cluster
 from tests.episodes.conftest import ALICE, tool_turn

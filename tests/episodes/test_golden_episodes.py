@@ -20,14 +20,14 @@ import httpx
 import pytest
 
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
+from app.clients.episode_env import AsyncEnv, EpisodeError, StepResult
 from app.config import Settings
-from app.episode import Runner
-from app.episode_env import AsyncEnv, EpisodeError, StepResult
+from app.domain.resolve import resolve_spec
 from app.llm.openai import parse_completion
-from app.resolve import resolve_spec
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
-from app.schemas import TaskCreate
-from app.worker.episodes_live import _Sink
+from app.schemas.tasks import TaskCreate
+from app.worker.episodes.live import _Sink
 from tests.agent.test_golden import expected_observation, load_golden
 from tests.episodes.conftest import ALICE, tool_turn
 

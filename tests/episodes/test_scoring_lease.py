@@ -25,9 +25,9 @@ from app.bus import keys
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions, create_engine, create_sessions
-from app.episode_schemas import EpisodeCreate
-from app.services import episodes
-from app.worker.episodes_reward import store_reward
+from app.schemas.episodes import EpisodeCreate
+from app.services.episodes import service as episodes
+from app.worker.episodes.reward import store_reward
 from tests.api.conftest import assert_error, serve
 from tests.episodes.conftest import (
     SUBMIT,

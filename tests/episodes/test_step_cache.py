@@ -1,4 +1,4 @@
-"""A step reads no row once its episode is known open (app/services/episodes_holders.py):
+"""A step reads no row once its episode is known open (app/services/episodes/holders.py):
 another tenant still gets 404, and an episode closed through another API process, or
 ended by its loop, is still refused with 409 by the process that remembered it open."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from app.services.episodes_holders import HOLDERS
+from app.services.episodes.holders import HOLDERS
 from tests.api.conftest import assert_error
 from tests.e2e.fault_harness import cluster
 from tests.episodes.conftest import ALICE, BOB, open_episode, step, tool_turn

@@ -21,9 +21,9 @@ from app.api.app import create_app
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.episode_schemas import EpisodeCreate
 from app.ids import utc_now
-from app.services import episodes
+from app.schemas.episodes import EpisodeCreate
+from app.services.episodes import service as episodes
 from tests.api.conftest import assert_error, serve
 from tests.episodes.conftest import ALICE, containers, open_episode
 from tests.episodes.test_episodes import wait_for

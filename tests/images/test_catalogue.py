@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from app.catalogue import CatalogueError, catalogue, for_tenant
 from app.config import Settings
-from app.episode_schemas import EpisodeCreate
+from app.domain.image_catalogue import CatalogueError, catalogue, for_tenant
+from app.domain.resolve import resolve_spec
+from app.domain.specs import read_spec, stored
 from app.errors import InvalidInput
-from app.experiment_schemas import ExperimentCreate
-from app.resolve import resolve_spec
-from app.schemas import SandboxRequest, TaskCreate
-from app.services import episodes
-from app.services.experiment_input import check_experiment
-from app.specs import read_spec, stored
+from app.schemas.episodes import EpisodeCreate
+from app.schemas.experiments import ExperimentCreate
+from app.schemas.tasks import SandboxRequest, TaskCreate
+from app.services.episodes import service as episodes
+from app.services.experiments.input import check_experiment
 
 CATALOGUE = """
 [images.chem]

@@ -20,13 +20,15 @@ from app.bus import keys, leases, queue
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.episode import Runner
 from app.ids import utc_now
 from app.resources import open_resources
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
-from app.schemas import TaskCreate
+from app.schemas.tasks import TaskCreate
 from app.scripted import ScriptedLLMServer
-from app.services import attempts, image_failures, tasks
+from app.services.images import failures as image_failures
+from app.services.tasks import attempts
+from app.services.tasks import service as tasks
 from app.worker import taking
 from app.worker.context import WorkerContext
 from app.worker.pool import Worker

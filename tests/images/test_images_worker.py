@@ -21,20 +21,21 @@ from typer.testing import CliRunner
 
 from app.api.app import create_app
 from app.bus import leases
-from app.catalogue import catalogue, warm_sizes
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.episode_schemas import EpisodeCreate
+from app.domain.image_catalogue import catalogue, warm_sizes
 from app.errors import InvalidInput, Unavailable
 from app.sandbox.docker import DockerHost
 from app.sandbox.image import build_catalogue_image, has_image
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.pool import WarmPool, pool_labels
-from app.schemas import LLMOptions, SandboxRequest, TaskCreate
+from app.schemas.episodes import EpisodeCreate
+from app.schemas.tasks import LLMOptions, SandboxRequest, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import episodes_calls, tasks
+from app.services.episodes import calls as episodes_calls
+from app.services.tasks import service as tasks
 from app.worker.images import ImageInventory
 from app.worker.pool import Worker
 from tests.api.conftest import serve

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from app.agent.types import Completion
+from app.domain.rollout_capture import Compactor, rebuild
 from app.llm.openai import OpenAIChatModel
-from app.rollout_capture import Compactor, rebuild
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.scripted.tokens import prompt_ids
 from tests.llm.support import TOOLS, USER, planned_server, register

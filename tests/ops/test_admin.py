@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from app.bus import keys, leases, queue
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from typer.testing import CliRunner
 
 from app.bus import keys, leases
-from app.cli import cli
+from app.cli.main import cli
 from app.config import Settings
 from tests.support.processes import settings_env
 

@@ -30,9 +30,9 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.db.engine import create_engine, create_sessions
-from app.schemas import LLMOptions, TaskCreate
+from app.schemas.tasks import LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import tasks
+from app.services.tasks import service as tasks
 from tests.support.processes import free_port, settings_env
 
 DOCKER_SOCKET = "/var/run/docker.sock"

@@ -13,13 +13,13 @@ from dataclasses import replace
 import pytest
 
 from app.config import Settings
-from app.episode import Runner, sandbox_deadline_s
+from app.domain.resolve import resolve_spec
 from app.errors import SandboxError
-from app.resolve import resolve_spec
+from app.runner.episode import Runner, sandbox_deadline_s
 from app.sandbox import DockerHost, SandboxConfig
 from app.sandbox.policy import container_config
 from app.sandbox.pool import WarmPool
-from app.schemas import TaskCreate
+from app.schemas.tasks import TaskCreate
 from tests.sandbox.conftest import MakeSandbox
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.episode import sandbox_caps
+from app.runner.episode import sandbox_caps
 from app.sandbox.network import BLOCKED_V4, chain_names, firewall_rules, normalize_allow
 from app.sandbox.policy import (
     BASE_ENV,

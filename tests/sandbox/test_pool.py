@@ -11,11 +11,11 @@ import pytest
 
 from app.agent.types import Step
 from app.config import Settings
-from app.episode import Runner
-from app.resolve import resolve_spec
+from app.domain.resolve import resolve_spec
+from app.runner.episode import Runner
 from app.sandbox import DockerHost, SandboxConfig
 from app.sandbox.pool import WarmPool, pool_labels
-from app.schemas import TaskCreate
+from app.schemas.tasks import TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
 
 

@@ -13,10 +13,10 @@ import uuid
 from dataclasses import replace
 
 from app.config import Settings
-from app.episode import Runner
-from app.resolve import resolve_spec
+from app.domain.resolve import resolve_spec
+from app.runner.episode import Runner
 from app.sandbox import DockerHost
-from app.schemas import TaskCreate
+from app.schemas.tasks import TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.states import FinishReason
 from tests.sandbox.test_pool import NullSink

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.episode import Runner
 from app.errors import SandboxError
 from app.resources import open_resources
+from app.runner.episode import Runner
 from app.sandbox import DockerHost, host_rules
 from app.sandbox.docker import DockerSandbox
 from app.sandbox.egress_policy import ProxyPolicy

@@ -8,14 +8,15 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 
-from app.batch_schemas import TaskBatchCreate, TaskBatchItem, TaskBatchOut
 from app.bus import queue
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.errors import TooManyRequests
-from app.schemas import TaskCreate
-from app.services import batch, tasks
+from app.schemas.batches import TaskBatchCreate, TaskBatchItem, TaskBatchOut
+from app.schemas.tasks import TaskCreate
+from app.services.tasks import batch
+from app.services.tasks import service as tasks
 from tests.support.processes import free_port
 from tests.support.rows import insert_task
 

@@ -12,10 +12,10 @@ from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.resources import Resources
-from app.schemas import StepOut, UsageOut
-from app.services import attempts
-from app.services.attempts import StaleAttempt, StartedAttempt
-from app.services.lifecycle import TaskEnd
+from app.schemas.tasks import StepOut, UsageOut
+from app.services.tasks import attempts
+from app.services.tasks.attempts import StaleAttempt, StartedAttempt
+from app.services.tasks.lifecycle import TaskEnd
 from app.states import FinishReason
 from tests.support.rows import insert_task
 

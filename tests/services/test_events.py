@@ -19,7 +19,7 @@ from app.bus.fanout import LiveHub, SlowConsumer
 from app.db.engine import Sessions
 from app.db.models import Task
 from app.errors import NotFound
-from app.schemas import EventOut
+from app.schemas.tasks import EventOut
 from app.services import events
 from app.services.events import StreamEvent, open_stream, record_event
 from tests.support.processes import free_port
@@ -319,7 +319,7 @@ async def test_followers_get_durable_events_from_postgres_while_redis_is_down(
 
 
 class SwallowsACancel(Redis):
-    """Plays redis-py on Python 3.11 (gh-86296, app/periodic.py): a cancel that lands
+    """Plays redis-py on Python 3.11 (gh-86296, app/kit/periodic.py): a cancel that lands
     during a read is lost, and the read returns as if it had found nothing."""
 
     reads = 0

@@ -13,7 +13,7 @@ import pytest
 from app.db import models
 from app.ids import utc_now
 from app.scoring.registry import scorer_for
-from app.services.experiment_runner import record_end
+from app.services.experiments.runner import record_end
 
 MATH = scorer_for({"kind": "math"})
 

@@ -21,8 +21,8 @@ from app.ids import utc_now
 from app.scoring.python_code import PythonScorer
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, ScorerError
-from app.services.experiment_runner import record_end
-from app.services.experiment_scoring import (
+from app.services.experiments.runner import record_end
+from app.services.experiments.scoring import (
     build_scorer,
     claim,
     release,

@@ -7,7 +7,7 @@ import pytest
 from app.db.engine import Sessions
 from app.errors import Conflict, NotFound
 from app.ids import utc_now
-from app.services import lifecycle
+from app.services.tasks import lifecycle
 from tests.support.rows import insert_task
 
 

@@ -12,14 +12,14 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 
-from app import resolve
 from app.bus import keys
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
+from app.domain import resolve
 from app.errors import InvalidInput, NotFound, TooLarge
-from app.schemas import TaskCreate
-from app.services import tasks
+from app.schemas.tasks import TaskCreate
+from app.services.tasks import service as tasks
 from tests.support.settings import plain_settings
 
 B64 = base64.b64encode

@@ -75,7 +75,7 @@ def _labels(labels: dict[str, str]) -> list[str]:
         required = (INSTANCE_LABEL, WORKER_LABEL)
     elif labels.get(SCORER_LABEL) == "python":  # one answer's scorer: no task, its own deadline
         required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
-    elif labels.get("sandhive.episode"):  # an RL episode's (app.worker.episodes_live): no task
+    elif labels.get("sandhive.episode"):  # an RL episode's (app.worker.episodes.live): no task
         required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
     else:
         required = (INSTANCE_LABEL, TASK_LABEL, ATTEMPT_LABEL, WORKER_LABEL, CREATED_LABEL)

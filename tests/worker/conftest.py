@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.config import Settings
-from app.episode import Runner
 from app.resources import open_resources
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 from app.worker.context import WorkerContext
 from app.worker.pool import Worker

@@ -12,9 +12,9 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.db.engine import Sessions
-from app.schemas import InputFile, LLMOptions, TaskCreate
+from app.schemas.tasks import InputFile, LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import tasks
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 from tests.support.docker_calls import DockerCalls, docker_calls
 

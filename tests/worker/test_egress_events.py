@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.db import models
 from app.db.engine import Sessions
-from app.services.network_events import NETWORK_BLOCKED
+from app.services.tasks.network_events import NETWORK_BLOCKED
 from app.worker import egress_events
 from app.worker.egress_events import BlockedRecorder
 from tests.support.rows import insert_task

@@ -26,7 +26,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.resources import open_resources
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import experiment_runner
+from app.services.experiments import runner as experiment_runner
 from app.worker.pool import Worker
 from tests.api.conftest import serve
 from tests.support.experiments import progress, settled, submit

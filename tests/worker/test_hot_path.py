@@ -16,9 +16,10 @@ from sqlalchemy import text
 from app.config import Settings
 from app.db.engine import Sessions
 from app.metrics import REGISTRY
-from app.schemas import InputFile, LLMOptions, TaskCreate
+from app.schemas.tasks import InputFile, LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import artifacts, tasks
+from app.services.tasks import artifacts
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 
 STEPS = 5

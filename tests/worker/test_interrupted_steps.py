@@ -22,9 +22,10 @@ from app.bus import keys
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.schemas import TaskCreate, TaskOut
+from app.schemas.tasks import TaskCreate, TaskOut
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import cancel, tasks
+from app.services.tasks import cancel
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 from tests.worker.conftest import running_worker
 

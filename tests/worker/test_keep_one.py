@@ -25,9 +25,9 @@ from app.config import Settings
 from app.db.engine import Sessions, create_engine, create_sessions
 from app.metrics import REGISTRY
 from app.sandbox.reaper import TASK_LABEL
-from app.schemas import LLMOptions, TaskCreate
+from app.schemas.tasks import LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import tasks
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 
 RUN_S = 12

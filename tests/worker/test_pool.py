@@ -7,9 +7,9 @@ from redis.asyncio import Redis
 from app.bus import keys, queue
 from app.config import Settings
 from app.db.engine import Sessions
-from app.schemas import LLMOptions, TaskCreate
+from app.schemas.tasks import LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import tasks
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 
 

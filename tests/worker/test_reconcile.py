@@ -11,9 +11,9 @@ from redis.asyncio import Redis
 
 from app.bus import leases, queue
 from app.config import Settings
-from app.episode import Runner
 from app.ids import utc_now
 from app.resources import open_resources
+from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 from app.worker.context import WorkerContext
 from app.worker.reconcile import Reconciler

@@ -1,6 +1,6 @@
 """The built-in `scripted` profile end to end: submitted, run by a real worker, finished.
 
-`serving` is what `sandhive worker` enters (app/cli.py): the profile's server runs in the
+`serving` is what `sandhive worker` enters (app/cli/main.py): the profile's server runs in the
 worker's process, so a task that names `llm.profile = "scripted"` needs nothing else.
 """
 
@@ -10,10 +10,11 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.db.engine import Sessions
-from app.schemas import LLMOptions, TaskCreate
+from app.schemas.tasks import LLMOptions, TaskCreate
 from app.scripted import DEMO_ANSWER
 from app.scripted.profile import TOUR_ANSWER, TOUR_IMAGE, serving
-from app.services import artifacts, tasks
+from app.services.tasks import artifacts
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

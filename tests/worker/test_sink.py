@@ -19,8 +19,8 @@ from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.metrics import REGISTRY
-from app.services import attempts
-from app.services.attempts import StaleAttempt
+from app.services.tasks import attempts
+from app.services.tasks.attempts import StaleAttempt
 from app.worker.sink import TaskSink
 from tests.support.processes import free_port
 from tests.support.rows import insert_task

@@ -8,9 +8,9 @@ from app.config import Settings
 from app.db.engine import Sessions
 from app.metrics import REGISTRY
 from app.sandbox.docker import DockerHost
-from app.schemas import LLMOptions, TaskCreate
+from app.schemas.tasks import LLMOptions, TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
-from app.services import tasks
+from app.services.tasks import service as tasks
 from app.worker.pool import Worker
 
 # Seconds since the sandbox's first process started, written as the task's answer.

@@ -1,0 +1,1 @@
+"""`/v1/tasks` routes: submit, list, read, stream, files and artifacts."""

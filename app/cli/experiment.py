@@ -1,0 +1,459 @@
+"""`sandhive experiment`: run a package-format task folder and read experiments back.
+
+`run` reads the folder (`app.domain.package_folder`) and submits it to a service, shows a progress
+bar per arm until it finishes and prints the results table; `--local` runs it in this
+process instead (`app.runner.experiment_local`). `status`, `results`, `items`, `cancel` and
+`regrade` are thin calls of the API. Exit codes as every command: 2 for input refused as
+invalid (a bad folder, a 422), 1 for other refusals and an unreachable service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from app.cli.common import fail
+from app.domain.package_folder import (
+    FolderError,
+    RunOptions,
+    experiment_body,
+    parse_mode,
+    parse_scorer,
+    read_folder,
+    summary,
+)
+
+experiment_cli = typer.Typer(
+    help="Experiments: run a benchmark task folder, follow it, read its results.",
+    no_args_is_help=True,
+)
+console = Console()
+err_console = Console(stderr=True)
+POLL_S = 1.0
+DONE = ("scored", "error", "cancelled")
+ServerOpt = Annotated[
+    str, typer.Option("--server", envvar="SANDHIVE_SERVER", help="The service's URL.")
+]
+KeyOpt = Annotated[
+    str | None, typer.Option("--api-key", envvar="SANDHIVE_API_KEY", help="Its API key.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (for scripts).")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+class Api:
+    """The service's experiments API; any failure ends the command with its message."""
+
+    def __init__(self, server: str, api_key: str | None) -> None:
+        self.server = server.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.server, headers=headers, timeout=60.0)
+
+    def call(self, method: str, path: str, **options: Any) -> httpx.Response:
+        try:
+            response = self.client.request(method, path, **options)
+        except httpx.HTTPError as exc:
+            fail(f"cannot reach the service at {self.server} ({exc}): is it running (--server)?")
+        if response.status_code >= 400:
+            _refused(response)
+        return response
+
+    def json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        data: dict[str, Any] = self.call(method, path, **options).json()
+        return data
+
+
+def _refused(response: httpx.Response) -> NoReturn:
+    try:
+        error = response.json()["error"]
+        message = str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:500] or response.reason_phrase
+    fail(f"{response.status_code}: {message}", code=2 if response.status_code == 422 else 1)
+
+
+@experiment_cli.command("run")
+def run(
+    path: Annotated[Path, typer.Argument(help="A task folder in the package's format.")],
+    mode: Annotated[str, typer.Option(help="sandbox, vanilla or both (two arms).")] = "sandbox",
+    server: ServerOpt = DEFAULT_SERVER,
+    api_key: KeyOpt = None,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local", help="Run here, in this process (no service, no Postgres or Redis)."
+        ),
+    ] = False,
+    json_out: JsonOpt = False,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="Submit, print the id and return.")
+    ] = False,
+    data: Annotated[
+        Path | None, typer.Option(help="Rows from this JSON/JSONL file instead of config.yaml's.")
+    ] = None,
+    start_id: Annotated[int | None, typer.Option(help="First row (0-based).")] = None,
+    end_id: Annotated[int | None, typer.Option(help="Past the last row (0-based).")] = None,
+    attempts: Annotated[int, typer.Option(help="Attempts per row and arm (pass@k).")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Items running at once.")] = 8,
+    max_steps: Annotated[int | None, typer.Option(help="The sandbox arm's.")] = None,
+    llm_profile: Annotated[str | None, typer.Option(help="An LLM profile of the server.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
+    vanilla_model: Annotated[
+        str | None, typer.Option(help="Another model for the vanilla arm (default --model).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option()] = None,
+    scorer: Annotated[
+        str | None,
+        typer.Option(help='Instead of reward.py: a built-in scorer ("math") or its JSON.'),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The experiment's name.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="--local: an OpenAI-compatible base URL for the model.")
+    ] = None,
+    output_dir: Annotated[Path, typer.Option(help="--local: where run folders go.")] = Path(
+        "output"
+    ),
+) -> None:
+    """Run a benchmark task folder (config.yaml, reward.py, ...) as an experiment."""
+    try:
+        chosen = parse_mode(mode)
+        options = RunOptions(
+            mode=chosen,
+            start_id=start_id,
+            end_id=end_id,
+            attempts=attempts,
+            concurrency=concurrency,
+            max_steps=max_steps,
+            llm_profile=llm_profile,
+            model=model,
+            vanilla_model=vanilla_model,
+            temperature=temperature,
+            scorer=parse_scorer(scorer) if scorer is not None else None,
+            name=name,
+        )
+        folder = read_folder(path, data=data, vanilla=chosen != "sandbox")
+        body = experiment_body(folder, options)
+    except FolderError as exc:
+        fail(str(exc), code=2)
+    if not json_out:
+        for line in summary(folder):
+            err_console.print(line, markup=False, highlight=False)
+    if local:
+        _run_local(body, folder.name, llm_profile, base_url, output_dir, json_out)
+        return
+    api = Api(server, api_key)
+    experiment = api.json("POST", "/v1/experiments", json=body)
+    exp_id = experiment["id"]
+    if no_wait:
+        _print_json(experiment) if json_out else typer.echo(exp_id)
+        return
+    if not json_out:
+        err_console.print(f"experiment {exp_id} on {api.server}")
+    try:
+        experiment = _follow(api, experiment, quiet=json_out)
+    except KeyboardInterrupt:
+        err_console.print(
+            f"\nstopped following; experiment {exp_id} keeps running "
+            f"(sandhive experiment status {exp_id}; cancel with sandhive experiment cancel)"
+        )
+        raise typer.Exit(130) from None
+    results = api.json("GET", f"/v1/experiments/{exp_id}/results")
+    if json_out:
+        _print_json({"experiment": experiment, "results": results})
+    else:
+        print_results(results)
+    if experiment["status"] != "finished":
+        raise typer.Exit(1)
+
+
+def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
+    """Poll the experiment until it is no longer running; a bar per arm unless `quiet`."""
+    path = f"/v1/experiments/{experiment['id']}"
+    per_arm = int(experiment["rows"]) * int(experiment["attempts"])
+    with ProgressView(experiment["progress"], per_arm, enabled=not quiet) as view:
+        while True:
+            view.update(experiment["progress"])
+            if experiment["status"] != "running":
+                return experiment
+            time.sleep(POLL_S)
+            experiment = api.json("GET", path)
+
+
+class ProgressView:
+    """One bar per arm: done items of all, and how many scored, failed, are running."""
+
+    def __init__(self, arms: Iterable[str], total: int, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.bars = Progress(
+            TextColumn("{task.fields[arm]:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
+            console=err_console,
+            disable=not enabled,
+        )
+        self.ids: dict[str, TaskID] = {
+            arm: self.bars.add_task("", total=total, arm=arm, counts="") for arm in arms
+        }
+
+    def __enter__(self) -> ProgressView:
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.__exit__(None, None, None)
+
+    def update(self, progress: Mapping[str, Mapping[str, int]]) -> None:
+        for arm, counts in progress.items():
+            done = sum(int(counts.get(key, 0)) for key in DONE)
+            shown = ", ".join(
+                f"{key} {counts[key]}"
+                for key in ("running", "scoring", "scored", "error", "cancelled")
+                if counts.get(key)
+            )
+            if arm in self.ids:
+                self.bars.update(self.ids[arm], completed=done, counts=shown)
+
+
+def print_results(results: Mapping[str, Any]) -> None:
+    """The results as two tables: per arm, and the paired comparisons."""
+    arms = results["arms"]
+    ks = sorted({k for arm in arms for k in (arm.get("pass_at_k") or {})}, key=int)
+    table = Table(title=f"results ({results.get('status', '')})")
+    for column in ("arm", "n", "mean", "ci95", *(f"pass@{k}" for k in ks), "errors"):
+        table.add_column(column, justify="left" if column in ("arm", "errors") else "right")
+    table.add_column("tokens (prompt/completion)", justify="right")
+    for arm in arms:
+        pass_at_k = arm.get("pass_at_k") or {}
+        table.add_row(
+            arm["arm"],
+            str(arm["n"]),
+            _num(arm["mean"]),
+            _interval(arm["ci95"]),
+            *(_num(pass_at_k.get(k)) for k in ks),
+            _errors(arm),
+            f"{arm['prompt_tokens']['total']:.0f}/{arm['completion_tokens']['total']:.0f}",
+        )
+    console.print(table)
+    if results.get("pairs"):
+        pairs = Table(title="paired comparison (a - b, on the rows both scored)")
+        for column in ("a", "b", "n", "mean a", "mean b", "difference", "ci95", "W/T/L"):
+            pairs.add_column(column, justify="left" if column in ("a", "b") else "right")
+        for pair in results["pairs"]:
+            pairs.add_row(
+                pair["a"],
+                pair["b"],
+                str(pair["n"]),
+                _num(pair["mean_a"]),
+                _num(pair["mean_b"]),
+                _num(pair["difference"], signed=True),
+                _interval(pair["ci95"], signed=True),
+                f"{pair['wins']}/{pair['ties']}/{pair['losses']}",
+            )
+        console.print(pairs)
+
+
+def _num(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def _interval(ci: Mapping[str, float] | None, *, signed: bool = False) -> str:
+    if ci is None:
+        return "-"
+    return f"[{_num(ci['low'], signed=signed)}, {_num(ci['high'], signed=signed)}]"
+
+
+def _errors(arm: Mapping[str, Any]) -> str:
+    parts = [f"{kind} {count}" for kind, count in arm["errors"].items()]
+    if arm.get("cancelled"):
+        parts.append(f"cancelled {arm['cancelled']}")
+    return ", ".join(parts) or "0"
+
+
+def _print_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+# --local
+
+
+def _run_local(
+    body: dict[str, Any],
+    task: str,
+    llm_profile: str | None,
+    base_url: str | None,
+    output_dir: Path,
+    json_out: bool,
+) -> None:
+    from app.config import SCRIPTED_PROFILE, Settings
+    from app.errors import InvalidInput, TooLarge
+    from app.runner import experiment_local
+    from app.schemas.experiments import ExperimentCreate
+    from app.scripted.profile import serving
+    from app.services.experiments.input import check_experiment
+
+    settings = Settings()
+    if llm_profile == SCRIPTED_PROFILE:
+        settings = settings.model_copy(update={"scripted_profile": True})
+    if base_url:
+        settings = settings.model_copy(update={"llm_base_url": base_url})
+    if llm_profile is None and not settings.llm_base_url:
+        fail("no model: pass --base-url and --model, or --llm-profile", code=2)
+    with serving(settings) as served:
+        try:
+            # The service's own checks (pure), so a folder is refused here as it would be there.
+            checked = check_experiment(ExperimentCreate.model_validate(body), served)
+            body = {**body, "dataset": {"rows": checked.rows}}
+            planned, scorer = experiment_local.plan(served, body)
+        except (InvalidInput, TooLarge) as exc:
+            fail(exc.message, code=2)
+        except ValueError as exc:  # pydantic's ValidationError
+            fail(str(exc), code=2)
+        per_arm = len(planned.body.dataset.rows) * planned.body.attempts
+        arms = [arm.name for arm in planned.body.arms]
+        with ProgressView(arms, per_arm, enabled=not json_out) as view:
+
+            def update(run: experiment_local.LocalRun) -> None:
+                view.update({arm: n.model_dump() for arm, n in run.progress().items()})
+
+            done = asyncio.run(experiment_local.run(served, planned, scorer, on_change=update))
+        folder = experiment_local.write_run(output_dir, task, done, served)
+    results = done.results().model_dump(mode="json")
+    if json_out:
+        _print_json({"results": results, "output": str(folder)})
+        return
+    print_results(results)
+    console.print(f"outputs: {folder}")
+
+
+# Reading experiments back
+
+
+Show = Callable[[dict[str, Any]], None]
+"""How a command prints what the API answered, unless --json."""
+
+
+def _answer(found: dict[str, Any], json_out: bool, show: Show) -> None:
+    if json_out:
+        _print_json(found)
+    else:
+        show(found)
+
+
+def _experiment_command(name: str, method: str, tail: str, show: Show, doc: str) -> None:
+    """Register `sandhive experiment <name> ID`: one call of `method` on the experiment's
+    path + `tail`, shown by `show` (or as JSON); the commands with options of their own
+    (`items`, `regrade`) are written out."""
+
+    def command(
+        experiment_id: str,
+        server: ServerOpt = DEFAULT_SERVER,
+        api_key: KeyOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        found = Api(server, api_key).json(method, f"/v1/experiments/{experiment_id}{tail}")
+        _answer(found, json_out, show)
+
+    experiment_cli.command(name, help=doc)(command)
+
+
+def _print_status(experiment: dict[str, Any]) -> None:
+    console.print(f"{experiment['id']} [bold]{experiment['status']}[/] {experiment['name']}")
+    table = Table()
+    keys = ("pending", "running", "scoring", "scored", "error", "cancelled")
+    for column in ("arm", *keys):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for arm, counts in experiment["progress"].items():
+        table.add_row(arm, *(str(counts.get(key, 0)) for key in keys))
+    console.print(table)
+
+
+_experiment_command(
+    "status", "GET", "", _print_status, "The experiment's status and, per arm, its items by status."
+)
+_experiment_command(
+    "results",
+    "GET",
+    "/results",
+    print_results,
+    "Per arm n, mean, 95 % interval, pass@k, errors; and the paired comparisons.",
+)
+
+
+@experiment_cli.command("items")
+def items(
+    experiment_id: str,
+    server: ServerOpt = DEFAULT_SERVER,
+    api_key: KeyOpt = None,
+    json_out: JsonOpt = False,
+    csv: Annotated[bool, typer.Option("--csv", help="CSV, as the API gives it.")] = False,
+) -> None:
+    """Every item: row, arm, attempt, status, score, answer, task."""
+    api, path = Api(server, api_key), f"/v1/experiments/{experiment_id}/items"
+    if csv:
+        typer.echo(api.call("GET", path, params={"format": "csv"}).text, nl=False)
+        return
+    _answer(api.json("GET", path), json_out, _print_items)
+
+
+def _print_items(found: dict[str, Any]) -> None:
+    table = Table()
+    for column in ("row", "arm", "attempt", "status", "score", "answer", "task"):
+        table.add_column(column)
+    for item in found["items"]:
+        status = item["status"] + (f" ({item['error_kind']})" if item.get("error_kind") else "")
+        answer = (item.get("answer") or "").strip().replace("\n", " ")
+        table.add_row(
+            item["row_id"],
+            item["arm"],
+            str(item["attempt"]),
+            status,
+            _num(item.get("score")),
+            answer[:40] + ("…" if len(answer) > 40 else ""),
+            item.get("task_id") or "",
+        )
+    console.print(table)
+
+
+_experiment_command(
+    "cancel",
+    "POST",
+    "/cancel",
+    lambda found: typer.echo(f"cancelling {found['id']}"),
+    "Cancel it: pending items end cancelled, running ones are stopped.",
+)
+
+
+@experiment_cli.command("regrade")
+def regrade(
+    experiment_id: str,
+    scorer: Annotated[str, typer.Option(help='A built-in scorer ("math") or its JSON.')],
+    server: ServerOpt = DEFAULT_SERVER,
+    api_key: KeyOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Score the stored answers again with another scorer (no task runs again)."""
+    try:
+        spec = parse_scorer(scorer)
+    except FolderError as exc:
+        fail(str(exc), code=2)
+    found = Api(server, api_key).json(
+        "POST", f"/v1/experiments/{experiment_id}/regrade", json={"scorer": spec}
+    )
+    _answer(found, json_out, _print_regrading)
+
+
+def _print_regrading(found: dict[str, Any]) -> None:
+    typer.echo(f"regrading {found['id']} (grading {found.get('grading', '?')})")

@@ -1,0 +1,138 @@
+"""An experiment's report from its items: per arm mean, interval, pass@k, errors, usage and
+domains; and a paired comparison of two arms on the rows both scored.
+
+A leaf (wire models and `app.scoring.stats` only) over anything item-shaped (`ItemLike`),
+so the service (`services.experiment_results`, items from Postgres) and
+`sandhive experiment run --local` (items in memory) report with the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from app.schemas.experiments import ArmResult, DomainResult, IntervalOut, PairOut, Spread
+from app.scoring import stats
+
+
+class ItemLike(Protocol):
+    """What the report reads of an item."""
+
+    @property
+    def row_id(self) -> str: ...
+    @property
+    def row(self) -> Mapping[str, Any]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def error_kind(self) -> str | None: ...
+    @property
+    def task_id(self) -> str | None:
+        """Set once the item ran (or started running)."""
+        ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+def arm_result(arm: str, items: Sequence[ItemLike], attempts: int) -> ArmResult:
+    scored = _scored(items)
+    ran = [item for item in items if item.task_id is not None and item.status != "running"]
+    errors = Counter(item.error_kind or "unknown" for item in items if item.status == "error")
+    domains: dict[str, list[float]] = defaultdict(list)
+    for item in scored:
+        domain = item.row.get("domain")
+        if isinstance(domain, str) and domain:
+            domains[domain].append(_value(item))
+    values = [_value(item) for item in scored]
+    return ArmResult(
+        arm=arm,
+        n=len(values),
+        mean=stats.mean(values) if values else None,
+        ci95=interval(values) if values else None,
+        pass_at_k=_pass_at_k(scored, attempts),
+        errors=dict(sorted(errors.items())),
+        cancelled=sum(item.status == "cancelled" for item in items),
+        prompt_tokens=spread([item.prompt_tokens for item in ran]),
+        completion_tokens=spread([item.completion_tokens for item in ran]),
+        steps=spread([item.steps for item in ran]),
+        seconds=spread([item.seconds for item in ran]),
+        domains={
+            name: DomainResult(n=len(scores), mean=stats.mean(scores), ci95=interval(scores))
+            for name, scores in sorted(domains.items())
+        },
+    )
+
+
+def _value(item: ItemLike) -> float:
+    return float(item.score or 0.0)
+
+
+def interval(values: Sequence[float]) -> IntervalOut:
+    """Wilson for pass/fail scores, a percentile bootstrap for anything in between."""
+    if all(value in (0.0, 1.0) for value in values):
+        found = stats.wilson_interval(sum(value == 1.0 for value in values), len(values))
+    else:
+        found = stats.bootstrap_ci(values)
+    return IntervalOut(low=found.low, high=found.high)
+
+
+def spread(values: Sequence[float]) -> Spread:
+    if not values:
+        return Spread(median=0.0, total=0.0)
+    return Spread(median=stats.median(values), total=math.fsum(values))
+
+
+def _pass_at_k(scored: Sequence[ItemLike], attempts: int) -> dict[str, float] | None:
+    """Over rows whose every attempt was scored; None with one attempt or no such row."""
+    if attempts < 2:
+        return None
+    per_row = _per_row(scored)
+    complete = [scores for scores in per_row.values() if len(scores) == attempts]
+    if not complete:
+        return None
+    return {str(k): stats.mean_pass_at_k(complete, k) for k in range(1, attempts + 1)}
+
+
+def _per_row(scored: Sequence[ItemLike]) -> dict[str, list[float]]:
+    rows: dict[str, list[float]] = defaultdict(list)
+    for item in scored:
+        rows[item.row_id].append(_value(item))
+    return rows
+
+
+def compare(
+    a: str, items_a: Sequence[ItemLike], b: str, items_b: Sequence[ItemLike]
+) -> PairOut | None:
+    """Arm a against arm b on the rows both scored (a row's score: its attempts' mean)."""
+    rows_a = {row: stats.mean(s) for row, s in _per_row(_scored(items_a)).items()}
+    rows_b = {row: stats.mean(s) for row, s in _per_row(_scored(items_b)).items()}
+    if not rows_a.keys() & rows_b.keys():
+        return None
+    found = stats.paired_comparison(rows_a, rows_b)
+    return PairOut(
+        a=a,
+        b=b,
+        n=found.n,
+        mean_a=found.mean_a,
+        mean_b=found.mean_b,
+        difference=found.difference,
+        ci95=IntervalOut(low=found.interval.low, high=found.interval.high),
+        wins=found.wins,
+        ties=found.ties,
+        losses=found.losses,
+    )
+
+
+def _scored(items: Sequence[ItemLike]) -> list[ItemLike]:
+    return [item for item in items if item.status == "scored"]

@@ -1,0 +1,146 @@
+"""The resolved task: every default filled in, every maximum checked; what Postgres stores.
+
+The worker reads it, `sandhive run` builds one the same way (`app.domain.resolve`), and
+the API shows parts of it. Not the wire contract (`app.schemas.tasks`): it changes with
+releases, and rows outlive releases, so two rules keep old and new processes
+reading each other's rows during a rolling upgrade:
+
+- Unknown keys are ignored on read, so a row written by a newer release still
+  parses. An option whose *value* this release cannot run (a new Literal) still
+  fails to parse, and that task fails instead of running without it.
+- A row carries only what differs from a default (`stored`), and a field added
+  after the first release gets the default that means what older rows meant, so
+  a task that uses no new option looks exactly like one the previous release wrote.
+  A default here, once released, never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Stored(BaseModel):
+    # the docstrings under fields describe them in /openapi.json (tasks show these specs)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+
+
+class LLMSpec(_Stored):
+    """The task's LLM options, resolved."""
+
+    profile: str
+    """The LLM profile."""
+    model: str
+    """The model (the profile's default when the task named none)."""
+    temperature: float
+    """Sampling temperature."""
+    max_tokens_per_call: int
+    """`max_tokens` of each model call."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra fields of each request to the model."""
+    base_url: str | None = None
+    """The rollout's own model server (an allowed one); None: the profile's."""
+    capture: bool = False
+    """Token ids, log-probabilities and request messages stored per step (RL export)."""
+
+
+class LimitsSpec(_Stored):
+    """The task's limits, resolved."""
+
+    max_steps: int
+    """Model turns before the task ends with `max_steps`."""
+    timeout_s: int
+    """Wall-clock seconds for the whole task."""
+    command_timeout_s: int
+    """Seconds one tool command may run."""
+    max_context_tokens: int
+    """Conversation budget in tokens (then `context_limit`)."""
+
+
+class SandboxSpec(_Stored):
+    """The task's sandbox, resolved."""
+
+    image: str
+    """The Docker image the sandbox runs (its catalogue image's reference at submit time)."""
+    image_name: str = "default"
+    """The catalogue image (the submission's `sandbox.image`): the queue it waits on and the
+    reference a worker runs. Tasks stored before the catalogue existed ran `default`."""
+    network: Literal["none", "egress"]
+    """`none` or `egress`."""
+    cpus: float
+    """CPU cores."""
+    memory_mb: int
+    """Memory in MiB."""
+    disk_mb: int = 1024
+    """Tasks stored before the field existed ran with 1024."""
+    allow_domains: list[str] = Field(default_factory=list)
+    """Egress by name: what the proxy lets the sandbox reach (empty: none, or not proxied)."""
+
+
+class ToolsSpec(_Stored):
+    """The task's tool options, resolved."""
+
+    profile: Literal["standard", "reference"]
+    """`standard` or `reference` (the paper's package's observations)."""
+    answer_all_tool_calls: bool
+    """Reply "not run" to every tool call after the first of a turn."""
+    shell: Literal["fresh", "persistent"] = "fresh"
+    """execute_bash: a fresh shell per call, or one kept for the task."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_of_older_rows(cls, data: Any) -> Any:
+        """Rows stored before the multi-call option existed follow their profile's default."""
+        if isinstance(data, dict) and data.get("answer_all_tool_calls") is None:
+            profile = data.get("profile", "standard")
+            return {**data, "profile": profile, "answer_all_tool_calls": profile != "reference"}
+        return data
+
+
+class PromptSpec(_Stored):
+    """A prompt config resolved at submit time: templates and sandbox directories."""
+
+    name: str
+    system: str
+    instance: str
+    working_dir: str
+    input_dir: str
+    output_dir: str
+
+
+class WebhookSpec(_Stored):
+    """A task's or an experiment's own webhook, as stored and shown (never a secret)."""
+
+    url: str
+    """Where its events are POSTed."""
+    events: list[str]
+    """The event types sent there."""
+    signed_by: str | None = None
+    """The subscription (`wh_...`) whose current secret signs them: the tenant's newest
+    when it was submitted. Null only where nothing is delivered (`sandhive run`)."""
+
+
+class TaskSpec(_Stored):
+    llm: LLMSpec
+    limits: LimitsSpec
+    sandbox: SandboxSpec
+    tools: ToolsSpec
+    prompt_config: str
+    prompt: PromptSpec | None = None
+    """None only in tasks stored before prompt configs were resolved at submit time."""
+    mode: Literal["sandbox", "vanilla"] = "sandbox"
+    """`vanilla`: one model call, no tools and no sandbox (the paper's baseline).
+    Tasks stored before the field existed ran in a sandbox."""
+    webhook: WebhookSpec | None = None
+    """The task's own webhook; tasks stored before the field existed had none."""
+
+
+def stored(spec: TaskSpec) -> dict[str, Any]:
+    """The row's JSON: only what differs from a default (the rolling-upgrade rule above)."""
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
+def read_spec(row: dict[str, Any]) -> TaskSpec:
+    """A stored spec, whichever release wrote it."""
+    return TaskSpec.model_validate(row)

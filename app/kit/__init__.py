@@ -1,0 +1,3 @@
+"""Small asyncio and failure-handling tools every process uses: stopping tasks for good,
+periodic jobs, and telling an outage from a bug.
+"""

@@ -1,0 +1,87 @@
+"""The wire models of webhooks: subscriptions and their delivery log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from app.schemas.tasks import WireModel
+
+EventType = Literal["task.started", "task.finished", "experiment.finished"]
+EVENT_TYPES: tuple[EventType, ...] = ("task.started", "task.finished", "experiment.finished")
+
+
+class WebhookCreate(WireModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    url: str = Field(max_length=2000)
+    """The http(s) URL that receives the POSTs: a public address, unless the operator allows
+    it (`SANDHIVE_WEBHOOK_ALLOWED_HOSTS`)."""
+    events: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
+    """Which events to send it."""
+
+
+class WebhookOut(WireModel):
+    id: str
+    """`wh_...`."""
+    url: str
+    """Where the events are POSTed."""
+    events: list[EventType]
+    """The event types it receives."""
+    created_at: datetime
+    """When it was registered."""
+    rotated_at: datetime | None = None
+    """When its secret was last rotated."""
+
+
+class WebhookWithSecret(WebhookOut):
+    secret: str
+    """Signs every delivery (`Sandhive-Signature`); shown only in this answer."""
+
+
+class WebhookList(WireModel):
+    webhooks: list[WebhookOut]
+    """The tenant's subscriptions, oldest first."""
+
+
+class AttemptOut(WireModel):
+    attempt: int
+    """1 for the first POST."""
+    at: datetime
+    """When it was made."""
+    status_code: int | None = None
+    """The receiver's answer; null when none came (refused, timeout, connection error)."""
+    error: str | None = None
+    """Why it did not count as delivered; null on a 2xx."""
+    next_retry_at: datetime | None = None
+    """When the next attempt is due; null once delivered or given up."""
+
+
+class DeliveryOut(WireModel):
+    id: str
+    """`whd_...`: this event for this subscription."""
+    event_id: str
+    """The event's `id` (the body's), the same on every retry: de-duplicate on it."""
+    type: str
+    """The event type."""
+    subscription_id: str
+    """The subscription it goes to (it may since have been deleted)."""
+    url: str
+    """The URL it goes to."""
+    status: Literal["pending", "delivered", "failed", "dropped"]
+    """`pending` (retrying), `delivered`, `failed` (gave up) or `dropped` (subscription gone)."""
+    attempts: list[AttemptOut]
+    """Every attempt, oldest first."""
+    next_attempt_at: datetime | None
+    """While pending: when it is next sent."""
+    created_at: datetime
+    """When the event happened."""
+    delivered_at: datetime | None = None
+    """When a 2xx came."""
+
+
+class DeliveryList(WireModel):
+    deliveries: list[DeliveryOut]
+    """The task's deliveries, oldest first."""

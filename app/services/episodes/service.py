@@ -1,0 +1,203 @@
+"""Episode rows: create (resolved and admitted like a task), read, and the state changes.
+
+The row is the truth about an episode; the worker holding its sandbox and the API both
+end it through `end`, which changes only an episode still active, so whichever ends it
+first (the loop's end, a close, the idle reaper, a lost worker) is the one recorded.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, update
+
+from app.config import Settings
+from app.db import models
+from app.db.engine import Sessions
+from app.domain.resolve import check_inputs, dotted, resolve_spec
+from app.domain.specs import TaskSpec, read_spec, stored
+from app.errors import InvalidInput, NotFound
+from app.ids import new_task_id, utc_now
+from app.schemas.episodes import EpisodeCreate, EpisodeOut
+from app.scoring.judge import LlmJudgeScorer
+from app.scoring.python_code import PythonScorer
+from app.services.experiments.scoring import build_scorer, json_safe, scorer_problems
+from app.services.tasks import backpressure
+
+ACTIVE = ("opening", "open")
+DEFERRED_KINDS = frozenset({LlmJudgeScorer.kind, PythonScorer.kind})
+"""The deferred scorers' kinds (`app.scoring.types.is_deferred`): the worker runs them."""
+INFRASTRUCTURE = "infrastructure"
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the worker needs to start an episode."""
+
+    id: str
+    prompt: str
+    spec: TaskSpec
+    inputs: list[tuple[str, bytes]]
+    scorer: dict[str, Any] | None = None
+    """The reward's scorer spec: a deferred one is run by the worker once the loop ends."""
+    ground_truth: Any = None
+
+
+def new_episode_id() -> str:
+    return "epi_" + new_task_id().removeprefix("tsk_")
+
+
+def out(row: models.EpisodeRow) -> EpisodeOut:
+    return EpisodeOut(
+        id=row.id,
+        status=row.status,
+        steps=row.steps,
+        finish_reason=row.finish_reason,
+        error=row.error,
+        error_kind=row.error_kind,
+        answer=row.answer,
+        created_at=row.created_at,
+        ended_at=row.ended_at,
+    )
+
+
+def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.EpisodeRow:
+    """The `opening` episode a request makes, checked (422) but not stored yet."""
+    task = body.as_task()
+    spec = resolve_spec(task, settings, tenant=tenant)
+    inputs = check_inputs(task, settings)
+    if body.scorer is not None:
+        _check_scorer(body.scorer, settings)
+    row = models.EpisodeRow(
+        id=new_episode_id(),
+        tenant_id=tenant,
+        status="opening",
+        prompt=body.prompt,
+        spec={
+            "task": stored(spec),
+            "inputs": [[path, base64.b64encode(data).decode()] for path, data in inputs],
+        },
+        scorer=body.scorer,
+        ground_truth=body.ground_truth,
+    )
+    return row
+
+
+def _check_scorer(spec: dict[str, Any], settings: Settings) -> None:
+    """As an experiment's scorer is checked: its options under this server's limits (a
+    `python` one's code size, timeout, memory), an `llm_judge`'s profile and model."""
+    try:
+        scorer = build_scorer(spec, settings)
+    except ValueError as exc:
+        raise InvalidInput(f"scorer: {exc}") from exc
+    problems = scorer_problems(scorer, settings)
+    if problems:
+        found = "; ".join(f"{dotted(p['loc'][1:])}: {p['msg']}" for p in problems)
+        raise InvalidInput(found, details=problems)
+
+
+def has_deferred_scorer(row: models.EpisodeRow) -> bool:
+    """Whether a worker scores the episode's submitted answer (`llm_judge`, `python`)
+    before it answers the final step."""
+    return row.scorer is not None and row.scorer.get("kind") in DEFERRED_KINDS
+
+
+async def store(sessions: Sessions, settings: Settings, row: models.EpisodeRow) -> None:
+    """Insert a checked episode within the tenant's limits (429 with nothing written)."""
+    async with sessions.begin() as session:
+        await backpressure.admit(session, settings, row.tenant_id)
+        session.add(row)
+
+
+async def find(sessions: Sessions, tenant: str, episode_id: str) -> models.EpisodeRow:
+    """The tenant's episode; another tenant's is as unknown as a missing one (404)."""
+    async with sessions() as session:
+        row = await session.get(models.EpisodeRow, episode_id)
+    if row is None or row.tenant_id != tenant:
+        raise NotFound(f"no episode {episode_id!r}")
+    return row
+
+
+async def assign(sessions: Sessions, episode_id: str, worker: str) -> Opening | None:
+    """Take an `opening` episode for `worker` (None: gone, or another took it)."""
+    async with sessions.begin() as session:
+        row = await session.scalar(
+            update(models.EpisodeRow)
+            .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status == "opening")
+            .values(status="open", worker=worker, updated_at=utc_now())
+            .returning(models.EpisodeRow)
+        )
+        if row is None:
+            return None
+        data: dict[str, Any] = row.spec
+        inputs = [(str(path), base64.b64decode(blob)) for path, blob in data["inputs"]]
+        spec = read_spec(data["task"])
+        return Opening(row.id, row.prompt, spec, inputs, row.scorer, row.ground_truth)
+
+
+async def end(
+    sessions: Sessions,
+    episode_id: str,
+    *,
+    status: str,
+    finish_reason: str,
+    error: str | None = None,
+    error_kind: str | None = None,
+    answer: str | None = None,
+    steps: int | None = None,
+) -> bool:
+    """End an active episode; False when it had already ended (the first end stands)."""
+    values: dict[str, Any] = {
+        "status": status,
+        "finish_reason": finish_reason,
+        "error": error,
+        "error_kind": error_kind,
+        "answer": answer,
+        "updated_at": utc_now(),
+        "ended_at": utc_now(),
+    }
+    if steps is not None:
+        values["steps"] = steps
+    async with sessions.begin() as session:
+        ended = await session.scalar(
+            update(models.EpisodeRow)
+            .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status.in_(ACTIVE))
+            .values(**values)
+            .returning(models.EpisodeRow.id)
+        )
+    return ended is not None
+
+
+async def record_reward(sessions: Sessions, episode_id: str, reward: dict[str, Any]) -> bool:
+    """Store a deferred scorer's result once; False when one was already stored."""
+    async with sessions.begin() as session:
+        written = await session.scalar(
+            update(models.EpisodeRow)
+            .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.reward.is_(None))
+            .values(reward=json_safe(reward), updated_at=utc_now())
+            .returning(models.EpisodeRow.id)
+        )
+    return written is not None
+
+
+async def close_done(sessions: Sessions, episode_id: str) -> None:
+    """A `done` episode the trainer deleted: `closed`, its result kept for the reward."""
+    async with sessions.begin() as session:
+        await session.execute(
+            update(models.EpisodeRow)
+            .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status == "done")
+            .values(status="closed", updated_at=utc_now())
+        )
+
+
+async def open_on(sessions: Sessions, worker: str) -> list[str]:
+    """Ids of the episodes the row says `worker` holds."""
+    async with sessions() as session:
+        rows = await session.scalars(
+            select(models.EpisodeRow.id).where(
+                models.EpisodeRow.worker == worker, models.EpisodeRow.status == "open"
+            )
+        )
+        return list(rows)

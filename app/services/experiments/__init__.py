@@ -1,0 +1,1 @@
+"""Experiments: create, advance, score, regrade and read evaluation runs."""

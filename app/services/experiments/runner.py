@@ -1,0 +1,279 @@
+"""Advancing experiments: score the items whose task ended, start pending ones, finish.
+
+Run by every worker as a chore (`advance_all`, every `experiment_tick_s`) and by the API
+right after an experiment is created (`advance`), the same code either way. Each
+experiment is advanced in one transaction holding its row (FOR UPDATE SKIP LOCKED), so two
+workers never advance the same experiment at once: an item's task is created in the same
+transaction that marks it running (never two tasks for one item), and an item is scored
+only while `running`, so a re-run scores nothing twice. Tasks are enqueued after the
+commit; if that fails, reconciliation enqueues the committed rows (invariant 1).
+
+A slow (deferred) scorer is not run here: its items move to `scoring`, and a worker's
+scoring loop scores them outside this transaction (`experiment_scoring`). Every change is
+reported by an experiment event recorded in the same transaction (item.started, item.ended,
+experiment.finished); followers are woken after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from sqlalchemy import exists, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import metrics
+from app.bus import queue
+from app.config import Settings
+from app.db import models
+from app.db.engine import Sessions
+from app.domain.resolve import check_inputs, resolve_spec
+from app.errors import InvalidInput, TooLarge, TooManyRequests
+from app.ids import utc_now
+from app.scoring.types import Scorer, ScorerError, is_deferred, score_answer
+from app.services.experiments.events import record_experiment_events
+from app.services.experiments.input import arm_submission, item_prompt
+from app.services.experiments.scoring import item_key, json_safe, stored_scorer, wake_followers
+from app.services.images import task_images
+from app.services.tasks import backpressure
+from app.services.tasks.service import new_task, store_task
+from app.services.webhooks.events import experiment_finished
+from app.states import TERMINAL, FinishReason, TaskStatus
+
+log = logging.getLogger(__name__)
+Item = models.ExperimentItem
+Event = tuple[str, dict[str, Any]]
+WORK_LEFT = ("pending", "running", "scoring")
+SCORE_BATCH = 200
+"""Items scored per experiment and transaction; the rest wait for the next tick."""
+AGENT_REASONS = frozenset(
+    {FinishReason.max_steps, FinishReason.context_limit, FinishReason.timeout}
+)
+"""Endings that are the agent's doing (its budget); the others are the infrastructure's."""
+
+
+async def advance_all(sessions: Sessions, redis: Redis, settings: Settings) -> int:
+    """Advance every experiment with work left; the number of tasks started."""
+    exp = models.Experiment
+    busy = exists().where(Item.experiment_id == exp.id, Item.status.in_(("running", "scoring")))
+    async with sessions() as session:
+        ids = list(
+            await session.scalars(
+                select(exp.id).where(or_(exp.status == "running", busy)).order_by(exp.created_at)
+            )
+        )
+    started = 0
+    for experiment_id in ids:
+        try:
+            started += len(await advance(sessions, redis, settings, experiment_id))
+        except Exception:  # one broken experiment must not stop every other one advancing
+            log.error("could not advance experiment %s", experiment_id, exc_info=True)
+    return started
+
+
+async def advance(
+    sessions: Sessions, redis: Redis, settings: Settings, experiment_id: str
+) -> list[str]:
+    """One step of one experiment; the ids of the tasks it started (none if another holds it)."""
+    async with sessions.begin() as session:
+        exp = await session.scalar(
+            select(models.Experiment)
+            .where(models.Experiment.id == experiment_id)
+            .with_for_update(skip_locked=True)
+        )
+        if exp is None:
+            return []
+        events = await _score_ended(session, settings, exp)
+        started: list[str] = []
+        if exp.status == "running":
+            started = await _start_pending(session, settings, exp, events)
+            await _finish_if_done(session, exp, events)
+        recorded = await record_experiment_events(session, exp.id, events)
+    await wake_followers(redis, experiment_id, recorded)
+    images = await task_images.images_of(sessions, started)
+    for task_id in started:
+        try:
+            await queue.enqueue(redis, task_id, images.get(task_id, "default"))
+        except (RedisError, OSError) as exc:
+            log.warning("could not enqueue %s (reconciliation will): %r", task_id, exc)
+    return started
+
+
+# Scoring the items whose task ended
+
+
+async def _score_ended(
+    session: AsyncSession, settings: Settings, exp: models.Experiment
+) -> list[Event]:
+    """Record how each item whose task ended ends; its `item.ended` events."""
+    task = models.Task
+    query = (
+        select(Item, task)
+        .outerjoin(task, task.id == Item.task_id)
+        .where(Item.experiment_id == exp.id, Item.status == "running")
+        .where(or_(task.id.is_(None), task.status.in_(TERMINAL)))
+        .order_by(Item.seq)
+        .limit(SCORE_BATCH)
+        .with_for_update(of=Item)
+    )
+    rows = list(await session.execute(query))
+    if not rows:
+        return []
+    try:
+        scorer: Scorer | ScorerError = stored_scorer(exp.spec["scorer"], settings)
+    except ValueError as exc:  # a stored spec this version cannot build: its items' error
+        scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
+    events: list[Event] = []
+    for item, ended in rows:
+        record_end(item, ended, scorer)
+        events.append(("item.ended", ended_data(item)))
+    return events
+
+
+def ended_data(item: models.ExperimentItem) -> dict[str, Any]:
+    """The `item.ended` event of an item: its new status (`scoring` for a slow scorer)."""
+    return {
+        **item_key(item),
+        "status": item.status,
+        "score": item.score,
+        "error_kind": item.error_kind,
+        "task_id": item.task_id,
+    }
+
+
+def record_end(
+    item: models.ExperimentItem, task: models.Task | None, scorer: Scorer | ScorerError
+) -> None:
+    """The item's end from its task's: scored, cancelled or an error of some kind; or, with
+    a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
+    ScorerError for `scorer`: the scorer could not be built, so an answer is its error."""
+    item.updated_at = utc_now()
+    if task is None:
+        _error(item, "infrastructure", "the item's task no longer exists")
+        return
+    _copy_usage(item, task)
+    item.answer = task.answer
+    reason = FinishReason(task.finish_reason) if task.finish_reason else None
+    if task.status == TaskStatus.cancelled:
+        item.status = "cancelled"
+    elif task.status != TaskStatus.succeeded:
+        kind = "agent" if reason in AGENT_REASONS else "infrastructure"
+        _error(item, kind, task.error or f"the task ended with {reason}", reason=reason)
+    elif task.answer is None:
+        _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
+    elif isinstance(scorer, ScorerError):
+        _error(item, "scorer", scorer.message, **scorer.detail)
+    elif is_deferred(scorer):
+        item.status = "scoring"
+        item.scoring_until = None
+        item.scoring_claims = 0
+    else:
+        _score(item, task.answer, scorer)
+
+
+def _score(item: models.ExperimentItem, answer: str, scorer: Scorer) -> None:
+    try:
+        with metrics.scoring(scorer.kind):
+            score = score_answer(scorer, answer, item.row)
+    except ScorerError as exc:
+        _error(item, "scorer", exc.message, **exc.detail)
+        return
+    item.status = "scored"
+    item.score = score.value
+    item.detail = json_safe(score.detail)
+
+
+def _error(item: models.ExperimentItem, kind: str, message: str, **detail: Any) -> None:
+    item.status = "error"
+    item.error_kind = kind
+    item.detail = json_safe({"message": message, **detail})
+
+
+def _copy_usage(item: models.ExperimentItem, task: models.Task) -> None:
+    usage: Mapping[str, Any] = task.usage or {}
+    item.prompt_tokens = int(usage.get("prompt_tokens", 0))
+    item.completion_tokens = int(usage.get("completion_tokens", 0))
+    item.steps = int(usage.get("steps", 0))
+    if task.started_at is not None and task.finished_at is not None:
+        item.seconds = (task.finished_at - task.started_at).total_seconds()
+
+
+# Starting pending items, at most `concurrency` running at once
+
+
+async def _start_pending(
+    session: AsyncSession, settings: Settings, exp: models.Experiment, events: list[Event]
+) -> list[str]:
+    running = await session.scalar(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.experiment_id == exp.id, Item.status == "running")
+    )
+    slots = int(exp.spec["concurrency"]) - int(running or 0)
+    if slots <= 0:
+        return []
+    pending = await session.scalars(
+        select(Item)
+        .where(Item.experiment_id == exp.id, Item.status == "pending")
+        .order_by(Item.seq)
+        .limit(slots)
+        .with_for_update()
+    )
+    arms = {arm["name"]: arm for arm in exp.spec["arms"]}
+    started = []
+    for item in list(pending):
+        try:
+            async with session.begin_nested():  # a refused start leaves the scores above
+                started.append(await _start_item(session, settings, exp, arms[item.arm], item))
+        except TooManyRequests:
+            break  # the queue or the tenant is full: the next tick tries again
+        except (InvalidInput, TooLarge, ValidationError) as exc:  # the server changed since
+            _error(item, "infrastructure", f"the task was refused: {exc}")
+            item.updated_at = utc_now()
+            events.append(("item.ended", ended_data(item)))
+            continue
+        events.append(("item.started", {**item_key(item), "task_id": item.task_id}))
+    return started
+
+
+async def _start_item(
+    session: AsyncSession,
+    settings: Settings,
+    exp: models.Experiment,
+    arm: Mapping[str, Any],
+    item: models.ExperimentItem,
+) -> str:
+    """Create the item's task exactly as a submission does, and link it; its id."""
+    metadata = {"experiment": exp.id, "row": item.row_id, "arm": item.arm, "attempt": item.attempt}
+    body = arm_submission(arm, *item_prompt(arm, item.row), metadata)
+    spec = resolve_spec(body, settings, tenant=exp.tenant_id)
+    files = check_inputs(body, settings)
+    await backpressure.admit(session, settings, exp.tenant_id)
+    task = await store_task(session, new_task(exp.tenant_id, body, spec), files)
+    item.task_id = task.id
+    item.status = "running"
+    item.updated_at = utc_now()
+    return task.id
+
+
+async def _finish_if_done(
+    session: AsyncSession, exp: models.Experiment, events: list[Event]
+) -> None:
+    """Nothing pending, running or scoring: the experiment ends (`finished`, or after a
+    regrade the status it had before, `regrade_ends`)."""
+    left = await session.scalar(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.experiment_id == exp.id, Item.status.in_(WORK_LEFT))
+    )
+    if not left:
+        spec = dict(exp.spec)
+        exp.status = spec.pop("regrade_ends", "finished")
+        exp.spec = spec
+        exp.finished_at = utc_now()
+        events.append(("experiment.finished", {"status": exp.status}))
+        await experiment_finished(session, exp)

@@ -1,0 +1,1 @@
+"""Rollouts for RL: an experiment's items as GRPO groups, and their JSONL export."""

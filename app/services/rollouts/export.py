@@ -1,0 +1,174 @@
+"""`GET .../export?format=jsonl`: one JSON line per rollout, ready for a trainer's loader.
+
+Imported by the API. The tenant check (404) happens before the first byte, when the
+export is opened; the lines are then built one task at a time (one query for its
+steps), so an experiment of any size streams in bounded memory. Every field is
+documented in docs/rl.md ("Use Sandhive for RL"). A captured rollout's conversation
+is rebuilt exactly from its steps' stored deltas (`app.domain.rollout_capture`); one that
+was not captured still has its turns (text, tool call, observation), no token ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from app.db import models
+from app.db.engine import Sessions
+from app.domain.rollout_capture import rebuild
+from app.schemas.rollouts import GroupOut, RolloutOut
+from app.services.experiments.service import find_experiment
+from app.services.rollouts.groups import Member, groups_of, rollouts_by_task
+from app.services.visibility import find_task
+from app.states import FinishReason, TaskStatus
+
+Item = models.ExperimentItem
+Step = models.Step
+NOT_INFRASTRUCTURE = frozenset(
+    {
+        FinishReason.submitted,
+        FinishReason.max_steps,
+        FinishReason.context_limit,
+        FinishReason.timeout,
+        FinishReason.cancelled,
+    }
+)
+"""A task's endings that are the agent's doing or the caller's (the experiments' rule)."""
+Placed = tuple[Item, GroupOut, RolloutOut]
+
+
+async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> AsyncIterator[str]:
+    """The one line of the tenant's task (NotFound before any byte for another's)."""
+    async with sessions() as session:
+        task = await find_task(session, tenant, task_id)
+        item = await session.scalar(select(Item).where(Item.task_id == task.id))
+        placed = None
+        if item is not None:
+            siblings = await session.scalars(
+                select(Item).where(
+                    Item.experiment_id == item.experiment_id,
+                    Item.row_id == item.row_id,
+                    Item.arm == item.arm,
+                )
+            )
+            placed = _placed(list(siblings)).get(task.id)
+    return _lines(sessions, [(task.id, placed)])
+
+
+async def open_experiment_export(
+    sessions: Sessions, tenant: str, experiment_id: str
+) -> AsyncIterator[str]:
+    """A line per started item of the tenant's experiment, in start order."""
+    async with sessions() as session:
+        exp = await find_experiment(session, tenant, experiment_id)
+        items = list(
+            await session.scalars(
+                select(Item).where(Item.experiment_id == exp.id).order_by(Item.seq)
+            )
+        )
+    placed = _placed(items)
+    started = [(item.task_id, placed.get(item.task_id)) for item in items if item.task_id]
+    return _lines(sessions, started)
+
+
+def _placed(items: Sequence[Item]) -> dict[str, Placed]:
+    """Each started item with its GRPO group and its rollout in it, by task id."""
+    members = [Member(i.row_id, i.arm, i.attempt, i) for i in items]
+    by_task = rollouts_by_task(groups_of(members))
+    return {
+        i.task_id: (i, *by_task[i.task_id])
+        for i in items
+        if i.task_id is not None and i.task_id in by_task
+    }
+
+
+async def _lines(
+    sessions: Sessions, tasks: Sequence[tuple[str, Placed | None]]
+) -> AsyncIterator[str]:
+    for task_id, placed in tasks:
+        async with sessions() as session:
+            task = await session.get(models.Task, task_id)
+            if task is None:  # pruned since: an experiment item outlives its task
+                continue
+            steps = (
+                await session.execute(
+                    select(
+                        Step.index,
+                        Step.thought,
+                        Step.reasoning,
+                        Step.action,
+                        Step.observation,
+                        Step.interrupted,
+                        Step.capture,
+                    )
+                    .where(Step.task_id == task.id, Step.attempt == task.attempt)
+                    .order_by(Step.index)
+                )
+            ).all()
+        line = rollout_line(task, [dict(row._mapping) for row in steps], placed)
+        yield json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def rollout_line(
+    task: models.Task, steps: Sequence[Mapping[str, Any]], placed: Placed | None
+) -> dict[str, Any]:
+    """One rollout: where it sits, how it ended, its reward, and its conversation."""
+    captured = [(int(s["index"]), s["capture"]) for s in steps if s["capture"] is not None]
+    rollout = rebuild(captured) if captured else None
+    by_index = {turn["index"]: turn for turn in rollout.turns} if rollout else {}
+    item, group, member = placed if placed is not None else (None, None, None)
+    return {
+        "task_id": task.id,
+        "experiment_id": item.experiment_id if item else None,
+        "group_id": group.group_id if group else None,
+        "row_id": item.row_id if item else None,
+        "arm": item.arm if item else None,
+        "attempt": item.attempt if item else None,
+        "worker_attempt": task.attempt,
+        "model": (task.spec.get("llm") or {}).get("model"),  # raw: any release's row reads
+        "status": task.status,
+        "finish_reason": task.finish_reason,
+        "error": task.error,
+        "infrastructure_failure": (
+            member.infrastructure_failure if member else _infrastructure(task)
+        ),
+        "reward": member.reward if member else None,
+        "advantage": member.advantage if member else None,
+        "advantage_centered": member.advantage_centered if member else None,
+        "group_mean": group.mean if group else None,
+        "group_std": group.std if group else None,
+        "answer": task.answer,
+        "captured": rollout is not None,
+        "tools": rollout.tools if rollout else None,
+        "messages": rollout.messages if rollout else None,
+        "mask": [int(g) for g in rollout.generated] if rollout else None,
+        "turns": [_turn(step, by_index.get(int(step["index"]))) for step in steps],
+    }
+
+
+def _turn(step: Mapping[str, Any], captured: Mapping[str, Any] | None) -> dict[str, Any]:
+    action = step["action"]
+    return {
+        "index": step["index"],
+        "thought": step["thought"],
+        "reasoning": step["reasoning"],
+        "tool_call": action,
+        "observation": step["observation"],
+        "interrupted": step["interrupted"],
+        "message_index": captured["message_index"] if captured else None,
+        "request_messages": captured["request_messages"] if captured else None,
+        "prompt_token_ids": captured["prompt_token_ids"] if captured else None,
+        "completion_token_ids": captured["completion_token_ids"] if captured else None,
+        "logprobs": captured["logprobs"] if captured else None,
+        "finish_reason": captured["finish_reason"] if captured else None,
+    }
+
+
+def _infrastructure(task: models.Task) -> bool:
+    """A finished task that the service failed (not the model's budget, not a cancel)."""
+    if task.status in (TaskStatus.queued, TaskStatus.running) or task.finish_reason is None:
+        return False
+    return FinishReason(task.finish_reason) not in NOT_INFRASTRUCTURE

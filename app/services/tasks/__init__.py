@@ -1,0 +1,1 @@
+"""Tasks: submit, read, cancel, end; their attempts, files, artifacts and admission."""

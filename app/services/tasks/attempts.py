@@ -1,0 +1,291 @@
+"""The worker's use cases: start an attempt, record its steps, finish or hand back the task.
+
+Each function is one transaction that commits before anything is published to
+Redis, so a live follower never sees an event Postgres does not have. Every
+write of an attempt is fenced: it happens only while `tasks.attempt` is still
+that attempt and the task is running, checked under the row lock, so a stale
+worker (paused, partitioned, reclaimed) cannot overwrite a newer attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import models
+from app.db.engine import Sessions
+from app.domain.specs import TaskSpec, read_spec
+from app.errors import Conflict
+from app.ids import utc_now
+from app.schemas.tasks import EventOut, StepOut, storable
+from app.services.events import record_event, record_events
+from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
+from app.services.webhooks.events import task_changed
+from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
+
+UNFINISHED = (TaskStatus.queued, TaskStatus.running)
+
+
+class StaleAttempt(Conflict):
+    """This attempt no longer owns its task: a newer attempt started, or the task ended."""
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    task_id: str
+    tenant: str
+    attempt: int
+    prompt: str
+    spec: TaskSpec
+    inputs: list[tuple[str, bytes]]
+    first_started_at: datetime
+    """When the task's first attempt started: `timeout_s` is one wall clock for the task,
+    so a later attempt (after a lost worker or a hand-back) gets only what is left."""
+
+    def seconds_used(self, now: datetime) -> float:
+        """The task's wall clock spent before `now` (what this attempt may not use again)."""
+        return max((now - self.first_started_at).total_seconds(), 0.0)
+
+
+async def start_attempt(
+    sessions: Sessions, redis: Redis, task_id: str, worker: str, *, max_attempts: int
+) -> StartedAttempt | None:
+    """Mark the task running as a new attempt; None when there is nothing (more) to run.
+
+    The caller holds the task's lease, so a task still `running` here lost its
+    worker: that counts against `max_attempts`. A cancel asked for meanwhile
+    ends the task without starting it, and so does a `timeout_s` already spent
+    since the first attempt started.
+    """
+    started: StartedAttempt | None = None
+    async with sessions.begin() as session:
+        task = await lock_row(session, task_id)
+        if task is None or is_terminal(TaskStatus(task.status)):
+            return None
+        lost = task.status == TaskStatus.running
+        task.lost_attempts += int(lost)
+        ending = _ending_before_start(task, max_attempts)
+        if ending is not None:
+            events = await finish_row(session, task, ending)
+        else:
+            started, event = await _start(session, task, worker, lost)
+            events = [event]
+    await publish_quietly(redis, events)
+    return started
+
+
+def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None:
+    """Why the task must end instead of starting another attempt, if it must."""
+    if task.cancel_requested_at is not None:
+        return TaskEnd(FinishReason.cancelled, error="cancelled")
+    if task.lost_attempts >= max_attempts:
+        error = f"the worker running it was lost {task.lost_attempts} times (max {max_attempts})"
+        return TaskEnd(FinishReason.worker_lost, error=error)
+    timeout_s = read_spec(task.spec).limits.timeout_s
+    if task.started_at is not None and utc_now() >= task.started_at + timedelta(seconds=timeout_s):
+        return TaskEnd(FinishReason.timeout, error=timeout_error(timeout_s))
+    return None
+
+
+async def _start(
+    session: AsyncSession, task: models.Task, worker: str, lost: bool
+) -> tuple[StartedAttempt, EventOut]:
+    task.attempt += 1
+    task.status = TaskStatus.running
+    task.started_at = task.started_at or utc_now()
+    data: dict[str, object] = {"attempt": task.attempt, "worker": worker}
+    if lost:
+        data["previous_attempt_lost"] = True
+    event = await record_event(session, task.id, "task.started", data)
+    await task_changed(session, task, "task.started")
+    blobs = await session.scalars(
+        select(models.InputBlob).where(models.InputBlob.task_id == task.id)
+    )
+    started = StartedAttempt(
+        task_id=task.id,
+        tenant=task.tenant_id,
+        attempt=task.attempt,
+        prompt=task.prompt,
+        spec=read_spec(task.spec),
+        inputs=[(blob.path, blob.content) for blob in blobs],
+        first_started_at=task.started_at,
+    )
+    return started, event
+
+
+async def step_started(
+    sessions: Sessions, redis: Redis, task_id: str, attempt: int, index: int
+) -> None:
+    """Announce a step that no `save_step` announced (the first of an attempt)."""
+    async with sessions.begin() as session:
+        events = await _fenced_events(
+            session, task_id, attempt, [("step.started", {"index": index})]
+        )
+    await publish_quietly(redis, events)
+
+
+async def save_step(
+    sessions: Sessions,
+    redis: Redis,
+    task_id: str,
+    step: StepOut,
+    next_index: int | None = None,
+    *,
+    capture: Mapping[str, Any] | None = None,
+) -> None:
+    """Store one finished step of attempt `step.attempt` and announce it.
+
+    With `next_index`, the next step's `step.started` rides in the same
+    transaction, right after this `step.completed`: one commit per step on the
+    hot path, and readers still see completion N before the start of N+1. Four
+    round trips to Postgres (begin, fenced seq bump, events, step row + commit).
+    """
+    step = StepOut.model_validate(storable(step.model_dump()))  # binary output: no NUL in SQL
+    items: list[tuple[str, Mapping[str, Any]]] = [("step.completed", step.model_dump(mode="json"))]
+    if next_index is not None:
+        items.append(("step.started", {"index": next_index}))
+    async with sessions.begin() as session:
+        events = await _fenced_events(session, task_id, step.attempt, items)
+        row = step.model_dump(exclude={"action"})
+        action = step.action.model_dump() if step.action else None
+        conn = await session.connection()  # Core insert: see `record_events`
+        kept = storable(dict(capture)) if capture is not None else None  # `llm.capture` (RL)
+        await conn.execute(
+            insert(models.STEPS).values(task_id=task_id, action=action, capture=kept, **row)
+        )
+    await publish_quietly(redis, events)
+
+
+async def _fenced_events(
+    session: AsyncSession,
+    task_id: str,
+    attempt: int,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+) -> list[EventOut]:
+    """Record events only while `attempt` runs the task (the bump takes the row lock)."""
+    owns = (models.Task.attempt == attempt) & (models.Task.status == TaskStatus.running)
+    events = await record_events(session, task_id, items, only_if=owns)
+    if not events:
+        raise StaleAttempt(f"attempt {attempt} of {task_id} no longer owns the task")
+    return events
+
+
+async def finish_task(
+    sessions: Sessions,
+    redis: Redis,
+    task_id: str,
+    attempt: int,
+    outcome: TaskEnd,
+    files: Sequence[tuple[str, bytes]] | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
+) -> None:
+    """Store the attempt's output files and give the task its terminal status, atomically.
+
+    `skipped`: output files left out (caps, links, special files) as (path, reason).
+    """
+    async with sessions.begin() as session:
+        task = await _fenced(session, task_id, attempt)
+        events = [] if files is None else await _replace_artifacts(session, task_id, files)
+        if files is not None:
+            task.artifacts_skipped = [{"path": p, "reason": r} for p, r in skipped]
+        events += await finish_row(session, task, outcome)
+    await publish_quietly(redis, events)
+
+
+async def hand_back(sessions: Sessions, redis: Redis, task_id: str, attempt: int) -> None:
+    """A clean stop (worker shutdown): the task is queued again and this attempt is not lost."""
+    async with sessions.begin() as session:
+        task = await _fenced(session, task_id, attempt)
+        task.status = TaskStatus.queued
+        data = {"status": TaskStatus.queued, "attempt": attempt, "reason": "handed back"}
+        event = await record_event(session, task_id, "task.queued", data)
+    await publish_quietly(redis, [event])
+
+
+# Reads for the worker's housekeeping (reconciliation, reaping, cancel backstop)
+
+
+async def unfinished_tasks(sessions: Sessions, created_before: datetime) -> dict[str, TaskStatus]:
+    """Queued and running tasks created before a moment, oldest first: id -> status."""
+    query = (
+        select(models.Task.id, models.Task.status)
+        .where(models.Task.status.in_(UNFINISHED), models.Task.created_at < created_before)
+        .order_by(models.Task.created_at)
+    )
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    return {task_id: TaskStatus(status) for task_id, status in rows}
+
+
+async def task_states(sessions: Sessions, task_ids: Collection[str]) -> dict[str, tuple[str, int]]:
+    """Status and current attempt of each known task among task_ids."""
+    if not task_ids:
+        return {}
+    query = select(models.Task.id, models.Task.status, models.Task.attempt).where(
+        models.Task.id.in_(list(task_ids))
+    )
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    return {task_id: (status, attempt) for task_id, status, attempt in rows}
+
+
+async def cancel_requested(sessions: Sessions, task_ids: Collection[str]) -> set[str]:
+    """The tasks among task_ids with a cancel on record."""
+    if not task_ids:
+        return set()
+    query = select(models.Task.id).where(
+        models.Task.id.in_(list(task_ids)), models.Task.cancel_requested_at.is_not(None)
+    )
+    async with sessions() as session:
+        return set(await session.scalars(query))
+
+
+async def _fenced(session: AsyncSession, task_id: str, attempt: int) -> models.Task:
+    """The locked task row, or StaleAttempt unless `attempt` is its running attempt."""
+    task = await lock_row(session, task_id)
+    if task is None or task.attempt != attempt or task.status != TaskStatus.running:
+        raise StaleAttempt(f"attempt {attempt} of {task_id} no longer owns the task")
+    return task
+
+
+async def _replace_artifacts(
+    session: AsyncSession, task_id: str, files: Sequence[tuple[str, bytes]]
+) -> list[EventOut]:
+    """The attempt's output files replace whatever an earlier attempt stored."""
+    events: list[EventOut] = []
+    await session.execute(delete(models.Artifact).where(models.Artifact.task_id == task_id))
+    for path, content in files:
+        row = _artifact(task_id, path, content)
+        session.add(row)
+        info = {"path": path, "size": row.size, "content_type": row.content_type}
+        events.append(await record_event(session, task_id, "artifact.created", info))
+    return events
+
+
+def _artifact(task_id: str, path: str, content: bytes) -> models.Artifact:
+    content_type = mimetypes.guess_type(path)[0] or _sniff(content)
+    return models.Artifact(
+        task_id=task_id,
+        path=path,
+        size=len(content),
+        content_type=content_type,
+        sha256=hashlib.sha256(content).hexdigest(),
+        content=content,
+    )
+
+
+def _sniff(content: bytes) -> str:
+    """Text when it decodes as UTF-8, else opaque bytes."""
+    try:
+        content[:4096].decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    return "text/plain; charset=utf-8"

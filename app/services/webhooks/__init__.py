@@ -1,0 +1,1 @@
+"""Webhooks: subscriptions, the outbox every state change writes to, and delivery."""
