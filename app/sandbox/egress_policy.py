@@ -1,7 +1,8 @@
 """The operator's rules for egress by domain name, as the sandbox layer sees them.
 
 Pure data: built from settings by `app.runner.episode.sandbox_caps`, carried on
-`EgressPolicy.proxy`, used by `app.sandbox.egress_proxy` (the proxy container, per-task networks, grants).
+`EgressPolicy.proxy`, used by `app.sandbox.egress_proxy` (the proxy container, per-task
+networks, grants).
 """
 
 from __future__ import annotations

@@ -37,11 +37,11 @@ from app.ids import utc_now
 from app.scoring.types import Scorer, ScorerError, is_deferred, score_answer
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import arm_submission, item_prompt
+from app.services.experiments.notify import experiment_finished
 from app.services.experiments.scoring import item_key, json_safe, stored_scorer, wake_followers
 from app.services.images import task_images
 from app.services.tasks import backpressure
 from app.services.tasks.service import new_task, store_task
-from app.services.webhooks.events import experiment_finished
 from app.states import TERMINAL, FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)

@@ -10,23 +10,19 @@ does), so the first tasks exist when the 202 is sent.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import func, insert, select, tuple_, update
+from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.domain.specs import WebhookSpec
 from app.errors import AppError, Conflict, InvalidInput, NotFound
 from app.ids import new_experiment_id, utc_now
 from app.schemas.experiments import (
-    ArmOut,
-    ArmProgress,
     ExperimentCreate,
     ExperimentList,
     ExperimentOut,
@@ -35,11 +31,12 @@ from app.schemas.experiments import (
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import Checked, check_experiment
+from app.services.experiments.notify import experiment_finished
+from app.services.experiments.outs import experiment_outs
 from app.services.experiments.runner import advance
-from app.services.experiments.scoring import grading_of, wake_followers
+from app.services.experiments.scoring import wake_followers
 from app.services.tasks import cancel
 from app.services.webhooks import service as webhooks
-from app.services.webhooks.events import experiment_finished
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
@@ -128,7 +125,7 @@ async def find_experiment(
 async def get_experiment(sessions: Sessions, tenant: str, experiment_id: str) -> ExperimentOut:
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-        (out,) = await _outs(session, [exp])
+        (out,) = await experiment_outs(session, [exp])
         return out
 
 
@@ -155,57 +152,11 @@ async def list_experiments(
     async with sessions() as session:
         found = list(await session.scalars(query))
         page = found[:limit]
-        outs = await _outs(session, page)
+        outs = await experiment_outs(session, page)
     more = len(found) > limit
     return ExperimentList(
         experiments=outs,
         next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
-    )
-
-
-async def _outs(session: AsyncSession, exps: list[models.Experiment]) -> list[ExperimentOut]:
-    """The wire form of a page of experiments: their progress in two grouped queries."""
-    ids = [exp.id for exp in exps]
-    if not ids:
-        return []
-    counts: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
-    for experiment_id, arm, status, n in await session.execute(
-        select(Item.experiment_id, Item.arm, Item.status, func.count())
-        .where(Item.experiment_id.in_(ids))
-        .group_by(Item.experiment_id, Item.arm, Item.status)
-    ):
-        counts[experiment_id].append((arm, status, n))
-    distinct_rows = await session.execute(
-        select(Item.experiment_id, func.count(func.distinct(Item.row_id)))
-        .where(Item.experiment_id.in_(ids))
-        .group_by(Item.experiment_id)
-    )
-    rows = {experiment_id: int(n) for experiment_id, n in distinct_rows}
-    return [experiment_out(exp, counts[exp.id], rows.get(exp.id, 0)) for exp in exps]
-
-
-def experiment_out(
-    exp: models.Experiment, counts: list[tuple[str, str, int]], rows: int
-) -> ExperimentOut:
-    progress: dict[str, dict[str, int]] = defaultdict(dict)
-    for arm, status, n in counts:
-        progress[arm][status] = n
-    arms = exp.spec["arms"]
-    return ExperimentOut(
-        id=exp.id,
-        name=exp.name,
-        status=exp.status,
-        created_at=exp.created_at,
-        finished_at=exp.finished_at,
-        arms=[ArmOut(name=arm["name"], mode=arm["mode"]) for arm in arms],
-        scorer=exp.spec["scorer"],
-        grading=grading_of(exp.spec),
-        attempts=exp.spec["attempts"],
-        concurrency=exp.spec["concurrency"],
-        rows=rows,
-        metadata=exp.meta,
-        progress={arm["name"]: ArmProgress(**progress[arm["name"]]) for arm in arms},
-        webhook=WebhookSpec.model_validate(exp.spec["webhook"]) if "webhook" in exp.spec else None,
     )
 
 

@@ -28,7 +28,7 @@ from app.ids import utc_now
 from app.schemas.tasks import EventOut, StepOut, storable
 from app.services.events import record_event, record_events
 from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
-from app.services.webhooks.events import task_changed
+from app.services.tasks.notify import task_changed
 from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
 
 UNFINISHED = (TaskStatus.queued, TaskStatus.running)

@@ -24,8 +24,8 @@ from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas.tasks import EventOut, UsageOut, storable
 from app.services.events import TASK_FINISHED, publish, record_event
+from app.services.tasks.notify import task_changed
 from app.services.visibility import found, visible
-from app.services.webhooks.events import task_changed
 from app.states import FinishReason, TaskStatus, is_terminal, status_for
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,26 @@
+"""`task.started` and `task.finished`: the webhook events a task's changes write to the outbox.
+
+One line at each change (`lifecycle.finish_row`, `attempts._start`), inside its transaction;
+the payload is the task as `GET /v1/tasks/{id}` returns it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import models
+from app.domain.specs import read_spec
+from app.services.tasks.service import task_out
+from app.services.webhooks import service as webhooks
+
+
+async def task_changed(session: AsyncSession, task: models.Task, event_type: str) -> None:
+    """`task.started` or `task.finished` of this (locked, just changed) task."""
+
+    def data() -> Any:
+        return task_out(task).model_dump(mode="json")
+
+    own = read_spec(task.spec).webhook
+    await webhooks.enqueue(session, task.tenant_id, event_type, data, task_id=task.id, own=own)
