@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import typer
@@ -49,3 +50,23 @@ def call(use: Callable[[Resources], Awaitable[_T]], settings: Settings | None = 
 
 def unreachable_postgres(exc: BaseException) -> str:
     return f"cannot reach Postgres ({exc}): is it running at SANDHIVE_DATABASE_URL?"
+
+
+def warn_without_model(settings: Settings, command: str) -> None:
+    """Say at start-up what to set when no real model is configured."""
+    import logging
+
+    notice = settings.no_model_notice()
+    if notice is not None:
+        logging.getLogger("app.cli").warning("sandhive %s: %s", command, notice)
+
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The Sandhive checkout (or installed tree) this command runs from."""
+
+
+def find_in_checkout(name: str) -> Path:
+    for candidate in (Path.cwd() / name, CHECKOUT / name):
+        if candidate.exists():
+            return candidate
+    raise typer.BadParameter(f"cannot find {name} (run from the Sandhive checkout)")
