@@ -36,13 +36,13 @@ from typing import Any
 from app.agent.types import Completion, Step, ToolCall
 from app.config import Settings
 from app.domain.resolve import resolve_spec
-from app.domain.specs import TaskSpec
 from app.errors import SandboxError
 from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.pool import WarmPool
 from app.schemas.tasks import TaskCreate
+from app.specs import TaskSpec
 
 SETTINGS = Settings(
     _env_file=None,

@@ -39,13 +39,13 @@ from app.agent.types import (
     ToolSchema,
 )
 from app.config import Settings
-from app.domain.specs import TaskSpec
 from app.llm.transport import shared_http_client
 from app.runner.episode import EpisodeResult, Runner
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.files import CollectCaps, Collected, CollectedFile
 from app.sandbox.policy import SandboxConfig
 from app.scripted import Script, Turn
+from app.specs import TaskSpec
 
 MODEL_PREFIX = "scale-"
 OUTPUT = b"ok\n"

@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 
 from app.agent.types import Action, Outcome, Step
-from app.cli.run_display import Summary, TerminalSink, summary_panel
 from app.ids import utc_now
 from app.runner.episode import EpisodeResult
 from app.runner.local import write_outputs
+from app.runner.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
 from app.states import FinishReason
 

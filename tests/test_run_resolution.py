@@ -13,9 +13,9 @@ from app.cli.main import cli
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
-from app.domain.specs import read_spec
 from app.errors import InvalidInput
 from app.runner.local import resolve_run
+from app.specs import read_spec
 from tests.api.conftest import serve
 
 # Server defaults that differ from every built-in one: a path that ignored them would show.

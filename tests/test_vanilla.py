@@ -16,7 +16,6 @@ from app.agent.types import Step
 from app.agent.vanilla import embed_documents
 from app.config import Settings
 from app.domain.resolve import check_inputs, parse_submission, resolve_spec
-from app.domain.specs import stored
 from app.errors import InvalidInput
 from app.llm.openai import OpenAIChatModel
 from app.runner.episode import EpisodeResult, Runner
@@ -24,6 +23,7 @@ from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.policy import SandboxConfig
 from app.sandbox.reaper import TASK_LABEL
 from app.scripted import Script, ScriptedLLMServer, Turn
+from app.specs import stored
 from app.states import FinishReason
 
 

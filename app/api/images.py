@@ -14,7 +14,7 @@ from app.api.deps import Res, Tenant
 from app.domain.image_catalogue import Image, for_tenant
 from app.schemas.images import ImageList, ImageOut, ImageResourcesOut
 from app.schemas.tasks import ErrorOut
-from app.services import admin
+from app.services.admin import service as admin
 
 router = APIRouter(prefix="/v1", tags=["images"])
 

@@ -22,9 +22,9 @@ from prometheus_client.registry import Collector
 from app.api.deps import Res
 from app.api.tasks.stream import get_hub
 from app.resources import Resources
-from app.services import admin
+from app.services.admin import image_figures
+from app.services.admin import service as admin
 from app.services.experiments.figures import experiment_figures
-from app.services.images import figures as image_figures
 from app.states import TaskStatus
 
 router = APIRouter(tags=["ops"])

@@ -1,7 +1,7 @@
 """`sandhive admin`: the operator's commands (workers, drain, requeue, fail, prune,
 egress-firewall).
 
-Each command makes one call of `app.services.admin` with the process's resources
+Each command makes one call of `app.services.admin.service` with the process's resources
 open (`cli_common.call`: the exit codes every command shares) and prints the result.
 Imported by app.cli.main only.
 """
@@ -25,7 +25,7 @@ admin_cli = typer.Typer(
 def workers() -> None:
     """Live workers (from their heartbeats): name, host, pid, busy/slots, draining, and the
     catalogue images their daemon has (docs/images.md)."""
-    from app.services import admin
+    from app.services.admin import service as admin
 
     found = call(lambda res: admin.list_workers(res.redis))
     typer.echo("worker\thost\tpid\tbusy/slots\tstate\timages")
@@ -41,7 +41,7 @@ def drain(
     worker: Annotated[str, typer.Argument(help="The worker's name (see `workers`).")],
 ) -> None:
     """Stop a worker taking tasks; it exits after its running ones (SIGTERM's grace applies)."""
-    from app.services import admin
+    from app.services.admin import service as admin
 
     call(lambda res: admin.drain(res.redis, worker))
     typer.echo(f"draining {worker}: it stops claiming at its next heartbeat")
@@ -50,7 +50,7 @@ def drain(
 @admin_cli.command("requeue")
 def requeue(task_id: Annotated[str, typer.Argument(help="The task's id (tsk_...).")]) -> None:
     """Put a queued or running task on the queue again (a running one gets a new attempt)."""
-    from app.services import admin
+    from app.services.admin import service as admin
 
     was = call(lambda res: admin.requeue(res.sessions, res.redis, task_id))
     typer.echo(f"requeued {task_id} (was {was})")
@@ -62,7 +62,7 @@ def fail(
     reason: Annotated[str, typer.Option(help="Why, stored in the task's error.")] = "",
 ) -> None:
     """End a queued or running task as failed (sandbox_error) now."""
-    from app.services import admin
+    from app.services.admin import service as admin
 
     call(lambda res: admin.fail(res.sessions, res.redis, task_id, reason))
     typer.echo(f"failed {task_id}")
@@ -79,7 +79,7 @@ def prune(
     ] = None,
 ) -> None:
     """Delete old finished tasks and artifacts (defaults: the retention settings)."""
-    from app.services import admin
+    from app.services.admin import service as admin
 
     settings = Settings()
     tasks = settings.task_retention_days if task_days is None else task_days

@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 import yaml
 
-from app.domain.specs import PromptSpec
 from app.errors import InvalidInput
 from app.schemas.tasks import PromptPair
+from app.specs import PromptSpec
 
 CUSTOM = "custom"
 """The name a task's own {system, instance} pair is stored under."""

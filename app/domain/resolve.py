@@ -25,7 +25,6 @@ from app.domain.prompt_configs import (
     resolve_prompt,
     vanilla_prompt,
 )
-from app.domain.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
 from app.egress.rules import normalize_pattern, outside_ceiling
 from app.errors import InvalidInput, TooLarge
 from app.schemas.tasks import (
@@ -37,6 +36,7 @@ from app.schemas.tasks import (
     TaskCreate,
     ToolsOptions,
 )
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
 
 Problem = dict[str, Any]
 N = TypeVar("N", int, float)

@@ -27,7 +27,6 @@ from app.agent.vanilla import VanillaSpec, embed_documents, run_vanilla
 from app.config import Settings
 from app.domain.image_catalogue import catalogue_or_default, warm_sizes
 from app.domain.prompt_configs import render_prompts, stored_prompt
-from app.domain.specs import LLMSpec, TaskSpec
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
@@ -36,6 +35,7 @@ from app.sandbox.egress_proxy import proxy_policy
 from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
+from app.specs import LLMSpec, TaskSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"

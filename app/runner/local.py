@@ -1,6 +1,6 @@
 """`sandhive run`: the worker's episode in one process, with no Postgres and no Redis.
 
-Prints each step to the terminal as it happens (`app.cli.run_display`), closes with a
+Prints each step to the terminal as it happens (`app.runner.run_display`), closes with a
 summary, and leaves, like the paper's own command line tool,
 `<output>/<YYYYMMDD_HHMMSS>/files/` and `trajectory.json` in the reference
 package's format (REFERENCE.md §1.7).
@@ -18,14 +18,14 @@ from typing import Any
 
 from rich.console import Console
 
-from app.cli.run_display import Summary, TerminalSink, summary_panel
 from app.config import Settings
 from app.domain.resolve import parse_submission, resolve_spec
-from app.domain.specs import TaskSpec
 from app.domain.trajectory_format import reference_trajectory
 from app.runner.episode import EpisodeResult, Runner, open_runner
 from app.runner.exchange_log import ExchangeLog
+from app.runner.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
+from app.specs import TaskSpec
 
 LOCAL_LABELS = {"sandhive.local": "1"}
 

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
-from app.domain.specs import WebhookSpec
 from app.schemas.rollouts import GroupOut
 from app.schemas.tasks import JsonObject, WireModel, check_text
+from app.specs import WebhookSpec
 
 ArmMode = Literal["sandbox", "vanilla"]
 ArmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]

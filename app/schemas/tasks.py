@@ -2,7 +2,7 @@
 
 Structural bounds live here; server maxima, which depend on Settings, are
 checked when a task is resolved (`app.domain.resolve`); the resolved, stored form is
-`app.domain.specs`.
+`app.specs`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.domain.specs import LimitsSpec, LLMSpec, SandboxSpec, ToolsSpec, WebhookSpec
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, ToolsSpec, WebhookSpec
 from app.states import FinishReason, TaskStatus
 
 # Bounds on every input. These are hard ceilings that keep parsing and storage

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.agent.types import ChatModel, Completion, Message
-from app.domain.specs import LLMSpec
 from app.errors import AppError
 from app.runner.episode import Runner
 from app.scoring.judge import LlmJudgeScorer, judge_messages, judged
 from app.scoring.types import Score, ScorerError
+from app.specs import LLMSpec
 
 
 async def judge(

@@ -30,7 +30,7 @@ from app.kit.periodic import Periodic, quietly
 from app.resources import open_resources
 from app.runner.episode import Runner, open_runner
 from app.sandbox.pool import pool_labels
-from app.services import admin
+from app.services.admin import service as admin
 from app.services.experiments import runner as experiment_runner
 from app.worker import heartbeat, placement, reaping, scoring, taking, webhook_sender
 from app.worker.attempt import run_attempt

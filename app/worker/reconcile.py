@@ -27,9 +27,8 @@ from app.bus import keys, leases, queue
 from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.domain.image_catalogue import CatalogueError, catalogue
 from app.ids import utc_now
-from app.services.images import failures as image_failures
 from app.services.images import task_images
-from app.services.tasks import attempts
+from app.services.tasks import attempts, image_failures
 from app.states import TaskStatus
 from app.worker.context import WorkerContext
 

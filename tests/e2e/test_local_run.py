@@ -30,7 +30,7 @@ def local_sandboxes() -> set[str]:
 
 def printed_steps(stdout: str) -> list[tuple[int, str]]:
     """(number, what was printed for it) per step, as the terminal printer shows them: a
-    `Step N` rule, then the step's text, action and result (app/cli/run_display.py), up to the
+    `Step N` rule, then the step's text, action and result (app/runner/run_display.py), up to the
     closing `finished` panel."""
     body = re.split(r"╭─ finished ", stdout, maxsplit=1)[0]
     rules = list(re.finditer(r"─ Step (\d+) ─", body))

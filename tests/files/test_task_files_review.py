@@ -21,7 +21,7 @@ from app.db.engine import Sessions
 from app.sandbox.task_files import FileRefused, _Reader
 from app.scripted import ScriptedLLMServer
 from app.scripted.script import Script, Turn
-from app.services import admin
+from app.services.admin import service as admin
 from app.services.tasks import files as task_files
 from tests.api.conftest import assert_error
 from tests.files.conftest import ALICE, SETUP, running_with_files, submit, wait_for

@@ -14,13 +14,13 @@ import pytest
 from app.config import Settings
 from app.domain.image_catalogue import CatalogueError, catalogue, for_tenant
 from app.domain.resolve import resolve_spec
-from app.domain.specs import read_spec, stored
 from app.errors import InvalidInput
 from app.schemas.episodes import EpisodeCreate
 from app.schemas.experiments import ExperimentCreate
 from app.schemas.tasks import SandboxRequest, TaskCreate
 from app.services.episodes import service as episodes
 from app.services.experiments.input import check_experiment
+from app.specs import read_spec, stored
 
 CATALOGUE = """
 [images.chem]

@@ -26,8 +26,7 @@ from app.runner.episode import Runner
 from app.sandbox.docker import DockerHost
 from app.schemas.tasks import TaskCreate
 from app.scripted import ScriptedLLMServer
-from app.services.images import failures as image_failures
-from app.services.tasks import attempts
+from app.services.tasks import attempts, image_failures
 from app.services.tasks import service as tasks
 from app.worker import taking
 from app.worker.context import WorkerContext

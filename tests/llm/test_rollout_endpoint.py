@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
-from app.domain.specs import LLMSpec
 from app.runner.episode import Runner
 from app.sandbox import DockerHost
 from app.scripted import Script, ScriptedLLMServer, Turn
+from app.specs import LLMSpec
 from tests.llm.support import TOOLS, USER, register
 
 PROVIDER_KEY = "sk-provider-secret"

@@ -21,7 +21,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
-from app.services import admin
+from app.services.admin import service as admin
 from tests.support.processes import settings_env
 from tests.support.rows import insert_artifact, insert_task
 

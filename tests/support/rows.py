@@ -8,8 +8,8 @@ from typing import Any
 
 from app.db import models
 from app.db.engine import Sessions
-from app.domain.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
 from app.ids import new_task_id, utc_now
+from app.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
 
 SPEC = TaskSpec(
     llm=LLMSpec(profile="default", model="m", temperature=1.0, max_tokens_per_call=100),

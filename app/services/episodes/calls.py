@@ -30,7 +30,7 @@ from app.db.engine import Sessions
 from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.errors import Conflict, InvalidInput, Unavailable
 from app.schemas.episodes import EpisodeCreate, EpisodeOpened, EpisodeStepOut
-from app.services import admin
+from app.services.admin import service as admin
 from app.services.episodes import service as rows
 from app.services.episodes.holders import HOLDERS
 from app.services.images.task_images import image_name

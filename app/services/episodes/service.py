@@ -17,7 +17,6 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import check_inputs, dotted, resolve_spec
-from app.domain.specs import TaskSpec, read_spec, stored
 from app.errors import InvalidInput, NotFound
 from app.ids import new_task_id, utc_now
 from app.schemas.episodes import EpisodeCreate, EpisodeOut
@@ -25,6 +24,7 @@ from app.scoring.judge import LlmJudgeScorer
 from app.scoring.python_code import PythonScorer
 from app.services.experiments.scoring import build_scorer, json_safe, scorer_problems
 from app.services.tasks import backpressure
+from app.specs import TaskSpec, read_spec, stored
 
 ACTIVE = ("opening", "open")
 DEFERRED_KINDS = frozenset({LlmJudgeScorer.kind, PythonScorer.kind})

@@ -9,9 +9,9 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
-from app.domain.specs import WebhookSpec
 from app.services.experiments.outs import experiment_outs
 from app.services.webhooks import service as webhooks
+from app.specs import WebhookSpec
 
 
 async def experiment_finished(session: AsyncSession, exp: models.Experiment) -> None:

@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
-from app.domain.specs import WebhookSpec
 from app.schemas.experiments import ArmOut, ArmProgress, ExperimentOut
 from app.services.experiments.scoring import grading_of
+from app.specs import WebhookSpec
 
 Item = models.ExperimentItem
 

@@ -21,13 +21,13 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import problem, resolve_spec
-from app.domain.specs import TaskSpec, read_spec
 from app.errors import InvalidInput
 from app.ids import utc_now
 from app.schemas.experiments import PackageArm, PackageConfig, PackageResults
 from app.services.experiments.input import PLACEHOLDER_PROMPT, arm_submission
 from app.services.experiments.scoring import grading_of
 from app.services.experiments.service import find_experiment
+from app.specs import TaskSpec, read_spec
 
 Item = models.ExperimentItem
 ENDED = ("scored", "error")

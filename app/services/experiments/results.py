@@ -19,11 +19,11 @@ from app.db import models
 from app.db.engine import Sessions
 from app.domain.experiment_report import ItemLike, arm_result, compare
 from app.domain.resolve import problem
+from app.domain.rollout_groups import Member, groups_of
 from app.errors import InvalidInput
 from app.schemas.experiments import ResultsOut
 from app.services.experiments.scoring import grading_of
 from app.services.experiments.service import find_experiment
-from app.services.rollouts.groups import Member, groups_of
 
 Item = models.ExperimentItem
 

@@ -1,1 +1,3 @@
-"""Rollouts for RL: an experiment's items as GRPO groups, and their JSONL export."""
+"""Rollouts for RL: an experiment's or a task's rollouts as JSONL, ready for a trainer's loader
+(the GRPO groups they carry are computed in `app.domain.rollout_groups`).
+"""

@@ -19,9 +19,9 @@ from sqlalchemy import select
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.rollout_capture import rebuild
+from app.domain.rollout_groups import Member, groups_of, rollouts_by_task
 from app.schemas.rollouts import GroupOut, RolloutOut
 from app.services.experiments.service import find_experiment
-from app.services.rollouts.groups import Member, groups_of, rollouts_by_task
 from app.services.visibility import find_task
 from app.states import FinishReason, TaskStatus
 

@@ -22,13 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
 from app.db.engine import Sessions
-from app.domain.specs import TaskSpec, read_spec
 from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas.tasks import EventOut, StepOut, storable
 from app.services.events import record_event, record_events
 from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
 from app.services.tasks.notify import task_changed
+from app.specs import TaskSpec, read_spec
 from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
 
 UNFINISHED = (TaskStatus.queued, TaskStatus.running)

@@ -27,7 +27,6 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import check_inputs, dotted, problem, resolve_spec
-from app.domain.specs import TaskSpec
 from app.errors import AppError, IdempotencyKeyReused, InvalidInput
 from app.schemas.batches import TaskBatchCreate, TaskBatchItem, TaskBatchOut
 from app.schemas.tasks import TaskCreate
@@ -35,6 +34,7 @@ from app.services.images import admission as image_admission
 from app.services.images.task_images import image_name
 from app.services.tasks import backpressure, idempotency
 from app.services.tasks.service import new_task, store_task, task_out, with_webhook
+from app.specs import TaskSpec
 
 log = logging.getLogger(__name__)
 

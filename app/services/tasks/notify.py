@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import models
-from app.domain.specs import read_spec
 from app.services.tasks.service import task_out
 from app.services.webhooks import service as webhooks
+from app.specs import read_spec
 
 
 async def task_changed(session: AsyncSession, task: models.Task, event_type: str) -> None:

@@ -21,7 +21,6 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import check_inputs, resolve_spec
-from app.domain.specs import TaskSpec, read_spec, stored
 from app.domain.trajectory_format import reference_trajectory
 from app.errors import InvalidInput
 from app.ids import new_task_id, utc_now
@@ -42,6 +41,7 @@ from app.services.tasks import backpressure, idempotency
 from app.services.tasks.filters import TaskFilters
 from app.services.visibility import find_task
 from app.services.webhooks import service as webhooks
+from app.specs import TaskSpec, read_spec, stored
 from app.states import FinishReason, TaskStatus
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import Loc, problem
-from app.domain.specs import WebhookSpec
 from app.errors import InvalidInput, NotFound
 from app.ids import utc_now
 from app.schemas.webhooks import (
@@ -35,6 +34,7 @@ from app.schemas.webhooks import (
 )
 from app.services.visibility import find_task
 from app.services.webhooks.net import Allow, check_url
+from app.specs import WebhookSpec
 
 Sub = models.WebhookSubscription
 Delivery = models.WebhookDelivery

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from app.bus import keys, queue
 from app.config import Settings
 from app.domain.image_catalogue import CatalogueError, catalogue
-from app.services.admin import WorkerInfo
+from app.services.admin.service import WorkerInfo
 
 
 @dataclass(frozen=True)

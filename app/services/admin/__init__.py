@@ -1,0 +1,3 @@
+"""Operators' use cases: the figures of `/metrics`, workers and their slots, drain, requeue,
+fail, prune.
+"""
