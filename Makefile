@@ -9,8 +9,9 @@ install:  ## virtualenv with Sandhive, its dev tools and the Python client (clie
 fmt:      ## rewrite code in place
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
 
-lint:     ## what CI enforces; writes nothing
-	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports
+lint:     ## what CI enforces; writes nothing (the rooms' map and budgets: tests/support/rooms.py)
+	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports \
+		&& .venv/bin/python -m tests.support.rooms
 
 test:     ## every test, against real Postgres, Redis and Docker
 	.venv/bin/pytest
