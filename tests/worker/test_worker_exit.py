@@ -3,7 +3,7 @@
 Real process, Postgres, Redis and Docker. A worker stopped a few milliseconds
 after "ready" used to hang until SIGKILL, about one time in ten inside the
 end-to-end suite (its first heartbeat swallowed the cancel). That race is
-timing-bound and rarely met here; tests/test_periodic.py shows its cause
+timing-bound and rarely met here; tests/kit/test_periodic.py shows its cause
 deterministically, and this test holds the whole process to a prompt exit at
 several points of its first moments.
 """

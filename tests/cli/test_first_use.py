@@ -19,7 +19,7 @@ from app import logs
 from app.cli import main as cli
 from app.config import NO_MODEL_NOTICE, SCRIPTED_ONLY_NOTICE, Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
