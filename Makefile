@@ -13,8 +13,10 @@ lint:     ## what CI enforces; writes nothing (the rooms' map and budgets: tests
 	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports \
 		&& .venv/bin/python -m tests.support.rooms
 
-test:     ## every test, against real Postgres, Redis and Docker
-	.venv/bin/pytest
+TEST_WORKERS ?= 3
+
+test:     ## every test, against real Postgres, Redis and Docker, on $(TEST_WORKERS) pytest-xdist workers
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 docs:     ## regenerate docs/configuration.md from the settings' docstrings (app/config.py)
 	.venv/bin/python -m app.config --markdown > docs/configuration.md

@@ -9,6 +9,7 @@ package's format (REFERENCE.md §1.7).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -27,7 +28,9 @@ from app.runner.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
 from app.specs import TaskSpec
 
-LOCAL_LABELS = {"sandhive.local": "1"}
+LOCAL_LABELS = {"sandhive.local": "1", "sandhive.local.pid": str(os.getpid())}
+"""What marks a sandbox of this process (`sandhive run`, `experiment run --local`): `sandhive.local`
+keeps deployments' reapers away from it, the pid says whose it is."""
 
 
 def resolve_run(settings: Settings, options: Mapping[str, Any]) -> TaskSpec:

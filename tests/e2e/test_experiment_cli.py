@@ -239,7 +239,14 @@ def test_ctrl_c_leaves_the_experiment_running_and_cancel_stops_it(
     exp_id = found.group(1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=30)
+    # One Ctrl-C ends it at once when the machine is idle; a loaded 2-core CI machine gets
+    # room, and a hang still fails (with what it printed) instead of passing.
+    try:
+        _, rest = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, rest = proc.communicate()
+        pytest.fail(f"still running 120 s after one SIGINT:\n{seen}{rest}")
     assert proc.returncode == 130, seen + rest
     assert f"experiment {exp_id} keeps running" in rest
     server = ("--server", service.base_url)

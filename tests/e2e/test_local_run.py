@@ -16,16 +16,38 @@ RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")
 """`<YYYYMMDD_HHMMSS>`, as the reference package names its run folders (app/runner/local.py)."""
 
 
-def local_sandboxes() -> set[str]:
-    """Ids of every container `sandhive run` labels as its own (app/runner/local.py), stopped
-    ones too."""
+def local_sandboxes(pid: int) -> set[str]:
+    """Ids of the containers the `sandhive run` of process `pid` labelled as its own
+    (app/runner/local.py), stopped ones too."""
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandhive.local=1"],
+        [
+            *("docker", "ps", "-aq", "--no-trunc"),
+            *("--filter", "label=sandhive.local=1", "--filter", f"label=sandhive.local.pid={pid}"),
+        ],
         capture_output=True,
         text=True,
         check=True,
     )
     return set(out.stdout.split())
+
+
+def run_sandhive(
+    args: list[str], env: dict[str, str], *, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`python -m app ARGS` run to its end, and its pid (which its sandboxes carry)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
 
 
 def printed_steps(stdout: str) -> list[tuple[int, str]]:
@@ -52,12 +74,8 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
         "SANDHIVE_DATABASE_URL": "postgresql+asyncpg://nobody@127.0.0.1:1/none",
         "SANDHIVE_REDIS_URL": "redis://127.0.0.1:1/0",
     }
-    before = local_sandboxes()
-    done = subprocess.run(
+    done, pid = run_sandhive(
         [
-            sys.executable,
-            "-m",
-            "app",
             "run",
             "--prompt",
             "sum of squares",
@@ -68,11 +86,8 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
             "--output-dir",
             str(tmp_path),
         ],
-        env=env,
-        capture_output=True,
-        text=True,
+        env,
         timeout=180,
-        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     # Each step is printed as it happens, numbered from 1 as in the page, with its action and
@@ -87,8 +102,9 @@ def test_sandhive_run_writes_files_and_reference_trajectory(
     assert "<<< Finished >>>" in steps[2][1]
     assert "finish_reason: submitted (3 steps)" in done.stdout
     assert f"answer: {EXPECTED}" in done.stdout
-    # Its sandbox is gone (ids new since the run started: other runs' are not ours to judge).
-    assert local_sandboxes() - before == set()
+    # Its sandbox is gone (the containers labelled with its process id: other runs' are not
+    # ours to judge).
+    assert local_sandboxes(pid) == set()
     [run_dir] = list(tmp_path.iterdir())
     assert RUN_FOLDER.match(run_dir.name), run_dir.name
     assert f"outputs: {run_dir}" in done.stdout

@@ -42,8 +42,11 @@ def offline_env(tmp_path: Path, columns: int) -> dict[str, str]:
     return env
 
 
-def run_timed(args: list[str], env: dict[str, str], stderr: Path) -> list[tuple[float, str]]:
-    """Each stdout line with when it arrived (seconds since the start); fails on exit != 0."""
+def run_timed(
+    args: list[str], env: dict[str, str], stderr: Path
+) -> tuple[list[tuple[float, str]], int]:
+    """Each stdout line with when it arrived (seconds since the start), and the process's pid
+    (its sandboxes carry it); fails on exit != 0."""
     started = time.monotonic()
     lines = []
     with (
@@ -63,16 +66,15 @@ def run_timed(args: list[str], env: dict[str, str], stderr: Path) -> list[tuple[
             watchdog.cancel()
     out = "\n".join(line for _, line in lines)
     assert code == 0, out + stderr.read_text()
-    return lines
+    return lines, proc.pid
 
 
 def test_a_scripted_run_prints_numbered_steps_commands_diffs_live_output_and_a_summary(
     docker_image: str, tmp_path: Path
 ) -> None:
     env = offline_env(tmp_path, columns=100) | {"SANDHIVE_SANDBOX_IMAGE": docker_image}
-    before = local_sandboxes()
     args = ["run", "--scripted", "--model", "tour", "--prompt", "Collatz, please."]
-    timed = run_timed([*args, "--output-dir", str(tmp_path / "runs")], env, tmp_path / "err")
+    timed, pid = run_timed([*args, "--output-dir", str(tmp_path / "runs")], env, tmp_path / "err")
     stdout = "\n".join(line for _, line in timed)
 
     steps = dict(printed_steps(stdout))
@@ -120,7 +122,7 @@ def test_a_scripted_run_prints_numbered_steps_commands_diffs_live_output_and_a_s
     assert f"outputs: {run_dir}" in stdout
     assert (run_dir / "files" / "answer.txt").read_text() == TOUR_ANSWER
     assert (run_dir / "files" / TOUR_IMAGE).read_bytes()[:4] == b"\x89PNG"
-    assert local_sandboxes() - before == set()
+    assert local_sandboxes(pid) == set()  # its sandbox is gone
 
 
 def test_run_help_reads_at_80_columns(tmp_path: Path) -> None:

@@ -330,16 +330,16 @@ async def test_a_cancelled_run_leaves_no_container_and_its_sandbox_passes_the_au
 ) -> None:
     """Labelled as a worker labels it (no test label): the session's watcher audits it too."""
     code = "import time\ndef compute_score(a, g, **row):\n    time.sleep(600)\n"
-    before = set(await host.list_sandboxes({SCORER_LABEL: "python"}))
     built = scorer(code, timeout_s=300)
     as_a_worker = {INSTANCE_LABEL: f"test-{uuid.uuid4().hex[:8]}", WORKER_LABEL: "w-scoring"}
+    ours = {SCORER_LABEL: "python", INSTANCE_LABEL: as_a_worker[INSTANCE_LABEL]}
     running = asyncio.create_task(
         score_in_sandbox(host, docker_image, built, "42", ROW, labels=as_a_worker)
     )
     mine: set[str] = set()
     for _ in range(100):  # until its container exists
         await asyncio.sleep(0.1)
-        mine = set(await host.list_sandboxes({SCORER_LABEL: "python"})) - before
+        mine = set(await host.list_sandboxes(ours))
         if mine:
             break
     (container_id,) = mine
@@ -353,7 +353,7 @@ async def test_a_cancelled_run_leaves_no_container_and_its_sandbox_passes_the_au
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    assert container_id not in await host.list_sandboxes({SCORER_LABEL: "python"})
+    assert container_id not in await host.list_sandboxes(ours)
 
 
 async def test_a_result_line_nested_5000_deep_is_an_error_not_a_crash(

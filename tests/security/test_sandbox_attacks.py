@@ -31,8 +31,11 @@ import redis
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
+from tests.support.parallel import HOST_NETWORK
 from tests.support.processes import Service, running_service
-from tests.support.settings import REDIS_URL
+from tests.support.settings import SPARE_REDIS_URL
+
+pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 PIDS = 64
 MEMORY_MB = 256
@@ -45,8 +48,9 @@ CGROUP = Path("/sys/fs/cgroup")
 EXEC_SLACK = 2
 
 
-PRIVATE_REDIS = REDIS_URL.rsplit("/", 1)[0] + "/12"
-"""A Redis DB of these tests' own: a long run must not share DB 15 with other test runs."""
+PRIVATE_REDIS = SPARE_REDIS_URL
+"""A Redis DB of these tests' own (tests/support/settings.py): a long run must not share its
+DB with the tests that flush the main one."""
 
 
 RUNTIMES = ["runc", "crun"]

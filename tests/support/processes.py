@@ -122,7 +122,7 @@ def ready_worker(
         while "ready with" not in log.read_text(errors="replace"):
             assert worker.poll() is None, f"the worker exited early:\n{log.read_text()}"
             assert time.monotonic() < deadline, f"the worker never got ready:\n{log.read_text()}"
-            time.sleep(0.001)
+            time.sleep(0.02)
         yield worker
     finally:
         if worker.poll() is None:

@@ -12,7 +12,21 @@ from typing import Any
 
 from app.config import Settings
 
-REDIS_URL = os.environ.get("SANDHIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+"""This pytest process's name under pytest-xdist (`gw0`, `gw1`, …); `gw0` when run alone."""
+_SLOT = int(WORKER.removeprefix("gw"))
+_REDIS_DBS = ((15, 12), (14, 9), (13, 8), (10, 7))
+"""Per xdist worker: its Redis DB and a spare one, so that workers never flush each other's."""
+if _SLOT >= len(_REDIS_DBS):
+    raise RuntimeError(
+        f"pytest-xdist worker {WORKER}: the tests have Redis databases for "
+        f"{len(_REDIS_DBS)} workers; run with -n {len(_REDIS_DBS)} or fewer"
+    )
+REDIS_URL = os.environ.get(
+    "SANDHIVE_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_REDIS_DBS[_SLOT][0]}"
+)
+SPARE_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + f"/{_REDIS_DBS[_SLOT][1]}"
+"""A second database on the test Redis, for tests that need one nobody else flushes."""
 
 BASE_TEST_SETTINGS: dict[str, Any] = {
     "redis_url": REDIS_URL,
