@@ -22,7 +22,7 @@ from app.resources import Resources, open_resources
 from app.scripted import ScriptedLLMServer
 from tests.support.container_audit import SandboxAuditor
 from tests.support.database import create_database, drop_database, upgrade_to_head
-from tests.support.parallel import rank, unit_of
+from tests.support.parallel import UnitScheduling, rank
 from tests.support.settings import REDIS_URL, plain_settings
 
 ADMIN_URL = os.environ.get(
@@ -36,18 +36,17 @@ TABLES = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One unit of work per module (or per named group) for pytest-xdist's `loadgroup`, and
-    the longest units first (tests/support/parallel.py). Runs before xdist reads the marks."""
-    units = {}
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        group = str(mark.args[0]) if mark is not None else None
-        if group is None:
-            item.add_marker(pytest.mark.xdist_group(unit_of(item.nodeid, None)))
-        units[item.nodeid] = unit_of(item.nodeid, group)
-    items.sort(key=lambda item: rank(units[item.nodeid]))
+    """The longest units of work first (tests/support/parallel.py); a stable sort, so each
+    module keeps its own order."""
+    items.sort(key=lambda item: rank(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> UnitScheduling | None:
+    """Under `pytest -n N`: whole modules, and whole named groups, per worker."""
+    if config.getvalue("dist") in ("load", "loadscope", "loadgroup"):
+        return UnitScheduling(config, log)
+    return None
 
 
 @pytest.fixture(scope="session")

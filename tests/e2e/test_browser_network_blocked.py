@@ -13,16 +13,12 @@ screenshot goes where tests/e2e/test_browser_page.py writes its own.
 from __future__ import annotations
 
 import httpx
-import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.security.test_egress_domains import Proxied, service, submit, upstream
 from tests.security.test_sandbox_attacks import observations, wait_removed
 from tests.support.browser import SCREENSHOT_DIR, WAIT_MS, launch, watched_page
-from tests.support.parallel import HOST_NETWORK
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 __all__ = ["service", "upstream"]  # the egress fixtures, used here by name
 

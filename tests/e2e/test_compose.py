@@ -33,10 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.sandbox.host_rules import MARKER
 from app.scripted import DEMO_ANSWER, DEMO_MODEL, DEMO_PROMPT
 from tests.security.egress_upstreams import Upstream, remove_proxy, upstream_servers
-from tests.support.parallel import HOST_NETWORK
 from tests.support.processes import free_port
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["docker-compose.yml", "deploy/compose.local.yml", "tests/e2e/compose.test.yml"]

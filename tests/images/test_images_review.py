@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from sqlalchemy import func, select, update
@@ -35,9 +34,6 @@ from app.worker.pool import Worker
 from app.worker.reconcile import Reconciler
 from tests.api.conftest import serve
 from tests.images.test_images_worker import extra_task, on
-from tests.support.parallel import CATALOGUE_IMAGE
-
-pytestmark = pytest.mark.xdist_group(CATALOGUE_IMAGE)
 
 EXTRA_STREAM = keys.task_stream("extra")
 LEASE_S = 0.3

@@ -39,9 +39,6 @@ from app.services.tasks import service as tasks
 from app.worker.images import ImageInventory
 from app.worker.pool import Worker
 from tests.api.conftest import serve
-from tests.support.parallel import CATALOGUE_IMAGE
-
-pytestmark = pytest.mark.xdist_group(CATALOGUE_IMAGE)
 
 EXTRA = "sandhive-test-extra:latest"
 ABSENT = "sandhive-test-extra-absent:latest"

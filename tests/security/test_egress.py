@@ -37,10 +37,7 @@ from tests.security.test_sandbox_attacks import (
     wait_finished,
     wait_removed,
 )
-from tests.support.parallel import HOST_NETWORK
 from tests.support.processes import Service, running_service
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 IMAGE = "sandhive-sandbox:latest"
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"

@@ -21,10 +21,7 @@ from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.security.egress_upstreams import Upstream, remove_proxy, upstream_servers
 from tests.security.test_sandbox_attacks import observations, wait_finished, wait_removed
-from tests.support.parallel import HOST_NETWORK
 from tests.support.processes import Service, free_port, running_service
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 
 @dataclass

@@ -39,9 +39,6 @@ from tests.security.egress_upstreams import (
     remove_proxy,
     upstream_servers,
 )
-from tests.support.parallel import HOST_NETWORK
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 ALLOW = ("good.test", "*.ok.test", "private.test", "meta.test", "loop.test")
 LABELS = {"sandhive.local": "1", "sandhive.task": "tsk_egress_test", "sandhive.attempt": "1"}

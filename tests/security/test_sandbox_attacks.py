@@ -31,11 +31,8 @@ import redis
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
-from tests.support.parallel import HOST_NETWORK
 from tests.support.processes import Service, running_service
 from tests.support.settings import SPARE_REDIS_URL
-
-pytestmark = pytest.mark.xdist_group(HOST_NETWORK)
 
 PIDS = 64
 MEMORY_MB = 256
