@@ -275,6 +275,23 @@ async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
         assert rec.received[0].headers["host"] == f"localhost:{rec.port}", "the name, not the IP"
 
 
+async def test_webhook_hosts_answer_a_name_without_dns(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """`webhook_hosts` (split horizon, tests): a name no DNS knows is sent to its address,
+    as the name (Host header), and the allowed-address rule still decides."""
+    settings = allowing(make_settings, webhook_hosts=["hooks.sandhive.test=127.0.0.1"])
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(host="hooks.sandhive.test"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [d["status"] for d in log] == ["delivered"], log
+        assert len(check_signed(rec, sub["secret"])) == 1
+        assert rec.received[0].headers["host"] == f"hooks.sandhive.test:{rec.port}"
+
+
 async def test_redirects_are_not_followed(
     make_settings: Callable[..., Settings], sessions: Sessions
 ) -> None:

@@ -6,7 +6,8 @@ checked address itself (the URL's host swapped for it, `Host` and TLS SNI kept
 as the name), so a second DNS answer cannot point the connection at the host's
 own network. Redirects are never followed. `webhook_allowed_hosts` opens
 exceptions by name, address or CIDR (tests' loopback receivers, internal
-services).
+services); `webhook_hosts` answers names without DNS (split horizon, tests), and
+its answers are checked like DNS's.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
 
+from app.egress import rules
 from app.errors import InvalidInput
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -64,6 +67,12 @@ class Allow:
         return address.is_global and not address.is_multicast
 
 
+def answers(entries: list[str]) -> dict[str, Address]:
+    """`webhook_hosts` (`name=address`, checked by Settings), as name -> address."""
+    pairs = (entry.partition("=") for entry in entries)
+    return {rules.normalize_name(name): ipaddress.ip_address(a.strip()) for name, _, a in pairs}
+
+
 def check_url(url: str, allow: Allow) -> None:
     """Refuse what is plainly not allowed before any DNS (a literal private address,
     localhost, a scheme other than http(s), credentials in the URL): 422 at registration."""
@@ -99,10 +108,13 @@ async def post(
     headers: dict[str, str],
     allow: Allow,
     *,
+    hosts: Mapping[str, Address],
     timeout_s: float,
     max_response_bytes: int,
 ) -> int:
     """POST to the checked address of `url`; the status code (no redirect followed).
+
+    `hosts` answers names before DNS is asked (`webhook_hosts`).
 
     Raises Refused for a disallowed address, httpx/OS errors for transport failures,
     TimeoutError past `timeout_s` for the whole exchange.
@@ -111,7 +123,7 @@ async def post(
     host = (parts.hostname or "").lower().rstrip(".")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     async with asyncio.timeout(timeout_s):
-        addresses = await _checked_addresses(host, port, allow)
+        addresses = await _checked_addresses(host, port, allow, hosts)
         for address in addresses[:-1]:  # like a browser: the next address if one is down
             try:
                 return await _post_to(
@@ -161,11 +173,15 @@ async def _post_to(
         return response.status_code
 
 
-async def _checked_addresses(host: str, port: int, allow: Allow) -> list[Address]:
+async def _checked_addresses(
+    host: str, port: int, allow: Allow, hosts: Mapping[str, Address]
+) -> list[Address]:
     """The addresses to connect to: every address of the name must be allowed."""
     literal = _literal(host)
     if literal is not None:
         addresses = [literal]
+    elif host in hosts:
+        addresses = [hosts[host]]
     else:
         loop = asyncio.get_running_loop()
         try:
