@@ -4,6 +4,7 @@ real loopback receiver, retries, the delivery log, SSRF refusals, tenants and ro
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import time
@@ -242,6 +243,62 @@ async def test_plainly_private_urls_are_refused_at_registration(
         assert public.status_code == 201, public.text
     async with serve(create_app(allowing(make_settings))) as client:
         await subscribe(client, "http://127.0.0.1:8080/hook", ["task.finished"])
+
+
+WRAPPED_INTERNAL = {
+    "compatible": "::127.0.0.1",
+    "nat64": "64:ff9b::127.0.0.1",
+    "translated": "::ffff:0:169.254.169.254",
+    "compatible-metadata": "::169.254.169.254",
+    "sixtofour": "2002:7f00:1::",
+}
+"""IPv6 forms of loopback and the metadata service (issue #28): the IPv4 address they carry
+decides, as in the egress proxy (`app.egress.rules`)."""
+
+
+async def test_ipv6_forms_of_internal_addresses_are_a_422_at_registration(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serve(create_app(make_settings())) as client:
+        await subscribe(client, "https://example.com/sub", ["task.finished"])
+        for address in WRAPPED_INTERNAL.values():
+            url = f"http://[{address}]/hook"
+            refused = await client.post(
+                "/v1/webhooks", json={"url": url, "events": ["task.finished"]}
+            )
+            assert "not a public address" in assert_error(refused, 422, "invalid_input")["message"]
+            refused = await client.post("/v1/tasks", json={"prompt": "x", "webhook": {"url": url}})
+            error = assert_error(refused, 422, "invalid_input")
+            assert error["details"][0]["loc"] == ["body", "webhook", "url"], error
+        assert len((await client.get("/v1/webhooks")).json()["webhooks"]) == 1
+        assert (await client.get("/v1/tasks")).json()["items"] == []
+
+
+async def test_a_name_answering_an_ipv6_form_of_an_internal_address_is_not_connected_to(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """A name passes registration (no DNS there); at send time it resolves (here through
+    `webhook_hosts`) to a wrapped loopback or metadata address, and the sender refuses it
+    instead of connecting."""
+    settings = make_settings(
+        webhook_hosts=[f"{name}.sandhive.test={a}" for name, a in WRAPPED_INTERNAL.items()],
+        webhook_retry_for_s=0.01,
+    )
+    async with serve(create_app(settings)) as client:
+        for name in WRAPPED_INTERNAL:
+            await subscribe(client, f"http://{name}.sandhive.test/hook", ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert len(log) == len(WRAPPED_INTERNAL)
+        errors = sorted(d["attempts"][0]["error"].split(": address")[0] for d in log)
+        assert errors == sorted(
+            f"refused: {name}.sandhive.test resolves to {ipaddress.ip_address(a)}, "
+            "which is not a public address"
+            for name, a in WRAPPED_INTERNAL.items()
+        ), errors
+        assert [d["status"] for d in log] == ["failed"] * len(WRAPPED_INTERNAL)
 
 
 async def test_a_name_resolving_to_loopback_is_refused_at_send_time(

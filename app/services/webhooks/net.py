@@ -1,6 +1,8 @@
 """Where a webhook may go, and how it is sent there without being steered elsewhere.
 
-SSRF rules: a webhook reaches only public addresses. The name is resolved here,
+SSRF rules: a webhook reaches only public addresses, as the egress proxy judges them
+(`app.egress.rules.refusal`, the one address policy: an IPv6 form of an internal IPv4
+address is judged as that address). The name is resolved here,
 every address it resolves to must pass, and the request then connects to the
 checked address itself (the URL's host swapped for it, `Host` and TLS SNI kept
 as the name), so a second DNS answer cannot point the connection at the host's
@@ -24,15 +26,10 @@ import httpx
 from app.egress import rules
 from app.errors import InvalidInput
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = rules.Address
+Network = rules.Network
 
 _LOCAL_NAMES = ("localhost", "localhost.localdomain")
-_METADATA = (
-    ipaddress.ip_network("169.254.0.0/16"),  # link-local, AWS/GCP/Azure metadata
-    ipaddress.ip_network("100.100.100.200/32"),  # Alibaba Cloud metadata
-    ipaddress.ip_network("fd00:ec2::254/128"),  # AWS metadata over IPv6
-)
 
 
 class Refused(Exception):
@@ -57,14 +54,17 @@ class Allow:
                 names.add(entry.strip().lower().rstrip("."))
         return cls(frozenset(names), tuple(networks))
 
-    def address_ok(self, address: Address) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if any(address in network for network in self.networks):
-            return True
-        if any(address in network for network in _METADATA):
-            return False
-        return address.is_global and not address.is_multicast
+    def refusal(self, address: Address) -> str | None:
+        """Why a webhook may not go to this address, or None when it may.
+
+        The operator's networks come first and open any address they hold, loopback and
+        metadata included (tests' receivers, internal services), also wrapped in IPv6;
+        every other address is judged by the egress proxy's policy.
+        """
+        held = (address, rules.unwrapped(address))
+        if any(a in network for network in self.networks for a in held):
+            return None
+        return rules.refusal(address)
 
 
 def answers(entries: list[str]) -> dict[str, Address]:
@@ -95,9 +95,10 @@ def check_url(url: str, allow: Allow) -> None:
             f"{host} is a loopback name (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)", {"field": "url"}
         )
     literal = _literal(host)
-    if literal is not None and not allow.address_ok(literal):
+    reason = None if literal is None else allow.refusal(literal)
+    if reason is not None:
         raise InvalidInput(
-            f"{host} is not a public address (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)",
+            f"{host} is not a public address: {reason} (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)",
             {"field": "url"},
         )
 
@@ -193,8 +194,10 @@ async def _checked_addresses(
             raise OSError(f"{host} has no address")
     if host not in allow.names:
         for address in addresses:
-            if not allow.address_ok(address):
-                raise Refused(f"{host} resolves to {address}, which is not a public address")
+            if (reason := allow.refusal(address)) is not None:
+                raise Refused(
+                    f"{host} resolves to {address}, which is not a public address: {reason}"
+                )
     return list(dict.fromkeys(addresses))
 
 
