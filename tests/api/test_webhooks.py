@@ -301,6 +301,47 @@ async def test_a_name_answering_an_ipv6_form_of_an_internal_address_is_not_conne
         assert [d["status"] for d in log] == ["failed"] * len(WRAPPED_INTERNAL)
 
 
+async def test_hosts_a_resolver_reads_as_internal_addresses_are_a_422_at_registration(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """What `urlsplit` calls a name but the resolver reads as loopback (`inet_aton`'s short,
+    octal and hexadecimal forms, full-width digits and letters the IDNA codec folds): judged
+    as the resolver reads it, so refused before it is stored."""
+    async with serve(create_app(make_settings())) as client:
+        for host in (
+            "0x7f.1",
+            "2130706433",
+            "127.1",
+            "0177.0.0.1",
+            "0x7f000001",
+            "0xa9.0xfe.0xa9.0xfe",
+            "\uff11\uff12\uff17.0.0.1",  # full-width 127
+            "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54",  # full-width localhost
+            "localhost\u3002",  # an ideographic full stop ends the name
+        ):
+            refused = await client.post(
+                "/v1/webhooks", json={"url": f"http://{host}/hook", "events": ["task.finished"]}
+            )
+            assert_error(refused, 422, "invalid_input")
+        assert (await client.get("/v1/webhooks")).json()["webhooks"] == []
+
+
+async def test_a_webhook_to_an_internationalized_name_is_sent_as_its_ascii_form(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """The resolver, `webhook_hosts`, the Host header and TLS SNI all see `xn--bcher-kva...`."""
+    settings = allowing(make_settings, webhook_hosts=["xn--bcher-kva.sandhive.test=127.0.0.1"])
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(host="B\u00fccher.sandhive.test"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [d["status"] for d in log] == ["delivered"], log
+        assert len(check_signed(rec, sub["secret"])) == 1
+        assert rec.received[0].headers["host"] == f"xn--bcher-kva.sandhive.test:{rec.port}"
+
+
 async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
     make_settings: Callable[..., Settings], sessions: Sessions
 ) -> None:

@@ -51,7 +51,7 @@ class Allow:
             try:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
-                names.add(entry.strip().lower().rstrip("."))
+                names.add(_ascii(entry.strip()))
         return cls(frozenset(names), tuple(networks))
 
     def refusal(self, address: Address) -> str | None:
@@ -79,28 +79,31 @@ def check_url(url: str, allow: Allow) -> None:
     try:
         parts = urlsplit(url)
         _ = parts.port  # a port out of range or not a number raises here
+        host = _host(parts)
     except ValueError as exc:
         raise InvalidInput(f"not a valid URL: {exc}", {"field": "url"}) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not host:
         raise InvalidInput("the URL must be http:// or https:// with a host", {"field": "url"})
     if parts.username or parts.password:
         raise InvalidInput(
             "no credentials in the URL: verify the signature instead", {"field": "url"}
         )
-    host = parts.hostname.lower().rstrip(".")
-    if host in allow.names:
-        return
-    if host in _LOCAL_NAMES or host.endswith(".localhost"):
-        raise InvalidInput(
-            f"{host} is a loopback name (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)", {"field": "url"}
-        )
-    literal = _literal(host)
-    reason = None if literal is None else allow.refusal(literal)
+    reason = None if host in allow.names else _host_refusal(host, allow)
     if reason is not None:
-        raise InvalidInput(
-            f"{host} is not a public address: {reason} (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)",
-            {"field": "url"},
-        )
+        raise InvalidInput(f"{reason} (see SANDHIVE_WEBHOOK_ALLOWED_HOSTS)", {"field": "url"})
+
+
+def _host_refusal(host: str, allow: Allow) -> str | None:
+    """Why this host (as the resolver reads it) is refused without asking DNS, or None."""
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        return f"{host} is a loopback name"
+    literal = _literal(host)
+    if literal is None:
+        if rules.is_ip_literal(host):  # 0x7f.1, 2130706433, 127.1: inet_aton's forms
+            return f"{host} is read as an address by resolvers: write the address itself"
+        return None
+    reason = allow.refusal(literal)
+    return None if reason is None else f"{host} is not a public address: {reason}"
 
 
 async def post(
@@ -121,7 +124,10 @@ async def post(
     TimeoutError past `timeout_s` for the whole exchange.
     """
     parts = urlsplit(url)
-    host = (parts.hostname or "").lower().rstrip(".")
+    try:
+        host = _host(parts)
+    except ValueError:
+        raise Refused(f"{parts.hostname} is not a host name") from None
     port = parts.port or (443 if parts.scheme == "https" else 80)
     async with asyncio.timeout(timeout_s):
         addresses = await _checked_addresses(host, port, allow, hosts)
@@ -150,7 +156,8 @@ async def _post_to(
     """POST to this (checked) address, as `host`: the Host header and TLS SNI/cert name."""
     netloc = f"[{address}]" if address.version == 6 else str(address)
     pinned = urlunsplit((parts.scheme, f"{netloc}:{port}", parts.path or "/", parts.query, ""))
-    host_header = parts.netloc.rsplit("@", 1)[-1]
+    name = f"[{host}]" if ":" in host else host
+    host_header = name if parts.port is None else f"{name}:{parts.port}"
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False
@@ -199,6 +206,20 @@ async def _checked_addresses(
                     f"{host} resolves to {address}, which is not a public address: {reason}"
                 )
     return list(dict.fromkeys(addresses))
+
+
+def _host(parts: SplitResult) -> str:
+    """The URL's host as the resolver will read it, and so the one text every check judges:
+    its ASCII (IDNA) form, lower case, no trailing dot. getaddrinfo applies the same codec, so
+    a full-width `127.0.0.1` or `localhost` (or one ending in an ideographic full stop) is
+    loopback here too, as it is there.
+    ValueError when the name has no such form (an empty or over-long label)."""
+    host = parts.hostname or ""
+    return host if _literal(host) is not None else _ascii(host)
+
+
+def _ascii(name: str) -> str:
+    return name.encode("idna").decode("ascii").lower().rstrip(".")
 
 
 def _literal(host: str) -> Address | None:
