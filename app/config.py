@@ -376,6 +376,9 @@ class Settings(BaseSettings):
     webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Comma-separated host names, addresses or CIDRs webhooks may reach although they are
     loopback, private, link-local or metadata addresses (refused by default)."""
+    webhook_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Comma-separated `name=address` answers the webhook sender uses instead of DNS (split
+    horizon, tests); the address rules still apply."""
     webhook_max_subscriptions: int = Field(default=20, ge=1)
     """Webhook subscriptions per tenant (422 above)."""
     webhook_poll_s: float = Field(default=1.0, gt=0)
@@ -405,6 +408,7 @@ class Settings(BaseSettings):
         "sandbox_egress_proxy_hosts",
         "allowed_origins",
         "webhook_allowed_hosts",
+        "webhook_hosts",
         "llm_allowed_base_urls",
         mode="before",
     )
@@ -440,7 +444,7 @@ class Settings(BaseSettings):
         """Names and `*.suffix` only, normalized: IP literals and bare `*` are refused."""
         return [normalize_pattern(item) for item in value]
 
-    @field_validator("sandbox_egress_proxy_hosts")
+    @field_validator("sandbox_egress_proxy_hosts", "webhook_hosts")
     @classmethod
     def _host_answers(cls, value: list[str]) -> list[str]:
         for item in value:

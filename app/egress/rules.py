@@ -4,6 +4,10 @@ Patterns are exact names (`pypi.org`) or `*.suffix` (any name strictly below the
 `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`).
 Addresses are checked after the proxy resolved the name itself, so a name that points at
 the metadata service, loopback or a private network is refused whatever it is called.
+
+`refusal` is Sandhive's one policy for addresses it connects out to: the egress proxy and
+the webhook sender (`app.services.webhooks.net`, which imports this module) both judge by
+it, so an IPv6 form one of them unwraps the other cannot miss. Standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ _HEX_LABEL = re.compile(r"0x[0-9a-f]*")
 MAX_NAME = 253
 UNICAST_V6 = ipaddress.ip_network("2000::/3")
 """The only IPv6 addresses the proxy connects to (global unicast), once unwrapped."""
-NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix: the IPv4 address is its last 32 bits. The local-use
+`64:ff9b:1::/48` is not unwrapped: its operator chooses where in the address the IPv4 one
+sits, so no reading of it is safe, and it is refused as not global unicast."""
 COMPAT_V4 = ipaddress.ip_network("::/96")
 
 ALWAYS_REFUSED: tuple[Network, ...] = tuple(
@@ -122,15 +129,20 @@ def parse_networks(items: Iterable[str]) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in items)
 
 
-def refusal(address: str, exempt: Sequence[Network], service: Sequence[Network]) -> str | None:
-    """Why the proxy must not connect to this resolved address, or None when it may.
+def refusal(
+    address: str | Address, exempt: Sequence[Network] = (), service: Sequence[Network] = ()
+) -> str | None:
+    """Why Sandhive must not connect to this resolved address, or None when it may.
 
     Order matters: the always-refused ranges and the service plane come before the
     operator's exemption, so no exemption opens the metadata service or the service's
     own hosts; everything not global (RFC 1918, CGNAT, ULA ...) is then refused unless
-    an exempted CIDR covers it.
+    an exempted CIDR covers it. A zone id (`%eth0`) picks an interface, which no public
+    address needs: refused rather than let a URL steer the connection out of one.
     """
     outer: Address = ipaddress.ip_address(address)
+    if isinstance(outer, ipaddress.IPv6Address) and outer.scope_id is not None:
+        return f"address {outer} names a zone (an interface)"
     ip = unwrapped(outer)
     if isinstance(ip, ipaddress.IPv6Address) and ip not in UNICAST_V6:
         return f"address {ip} is not global unicast IPv6 (2000::/3)"
@@ -148,7 +160,8 @@ def refusal(address: str, exempt: Sequence[Network], service: Sequence[Network])
 def unwrapped(ip: Address) -> Address:
     """The IPv4 address an IPv6 one carries (mapped, 6to4, NAT64, compatible, Teredo), else
     the address itself: `::ffff:127.0.0.1`, `2002:7f00:1::`, `64:ff9b::a9fe:a9fe` and
-    `::10.0.0.1` are judged as the IPv4 address they reach."""
+    `::10.0.0.1` are judged as the IPv4 address they reach. (`::ffff:0:a.b.c.d`, SIIT's
+    translated form, is left whole: outside 2000::/3, it is refused as it stands.)"""
     if isinstance(ip, ipaddress.IPv4Address):
         return ip
     if ip.ipv4_mapped is not None:
@@ -157,6 +170,6 @@ def unwrapped(ip: Address) -> Address:
         return ip.sixtofour
     if ip.teredo is not None:
         return ip.teredo[1]
-    if any(ip in net for net in NAT64) or (ip in COMPAT_V4 and int(ip) > 1):
+    if ip in NAT64 or (ip in COMPAT_V4 and int(ip) > 1):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip

@@ -4,6 +4,7 @@ real loopback receiver, retries, the delivery log, SSRF refusals, tenants and ro
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import time
@@ -244,6 +245,103 @@ async def test_plainly_private_urls_are_refused_at_registration(
         await subscribe(client, "http://127.0.0.1:8080/hook", ["task.finished"])
 
 
+WRAPPED_INTERNAL = {
+    "compatible": "::127.0.0.1",
+    "nat64": "64:ff9b::127.0.0.1",
+    "translated": "::ffff:0:169.254.169.254",
+    "compatible-metadata": "::169.254.169.254",
+    "sixtofour": "2002:7f00:1::",
+}
+"""IPv6 forms of loopback and the metadata service (issue #28): the IPv4 address they carry
+decides, as in the egress proxy (`app.egress.rules`)."""
+
+
+async def test_ipv6_forms_of_internal_addresses_are_a_422_at_registration(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serve(create_app(make_settings())) as client:
+        await subscribe(client, "https://example.com/sub", ["task.finished"])
+        for address in WRAPPED_INTERNAL.values():
+            url = f"http://[{address}]/hook"
+            refused = await client.post(
+                "/v1/webhooks", json={"url": url, "events": ["task.finished"]}
+            )
+            assert "not a public address" in assert_error(refused, 422, "invalid_input")["message"]
+            refused = await client.post("/v1/tasks", json={"prompt": "x", "webhook": {"url": url}})
+            error = assert_error(refused, 422, "invalid_input")
+            assert error["details"][0]["loc"] == ["body", "webhook", "url"], error
+        assert len((await client.get("/v1/webhooks")).json()["webhooks"]) == 1
+        assert (await client.get("/v1/tasks")).json()["items"] == []
+
+
+async def test_a_name_answering_an_ipv6_form_of_an_internal_address_is_not_connected_to(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """A name passes registration (no DNS there); at send time it resolves (here through
+    `webhook_hosts`) to a wrapped loopback or metadata address, and the sender refuses it
+    instead of connecting."""
+    settings = make_settings(
+        webhook_hosts=[f"{name}.sandhive.test={a}" for name, a in WRAPPED_INTERNAL.items()],
+        webhook_retry_for_s=0.01,
+    )
+    async with serve(create_app(settings)) as client:
+        for name in WRAPPED_INTERNAL:
+            await subscribe(client, f"http://{name}.sandhive.test/hook", ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert len(log) == len(WRAPPED_INTERNAL)
+        errors = sorted(d["attempts"][0]["error"].split(": address")[0] for d in log)
+        assert errors == sorted(
+            f"refused: {name}.sandhive.test resolves to {ipaddress.ip_address(a)}, "
+            "which is not a public address"
+            for name, a in WRAPPED_INTERNAL.items()
+        ), errors
+        assert [d["status"] for d in log] == ["failed"] * len(WRAPPED_INTERNAL)
+
+
+async def test_hosts_a_resolver_reads_as_internal_addresses_are_a_422_at_registration(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """What `urlsplit` calls a name but the resolver reads as loopback (`inet_aton`'s short,
+    octal and hexadecimal forms, full-width digits and letters the IDNA codec folds): judged
+    as the resolver reads it, so refused before it is stored."""
+    async with serve(create_app(make_settings())) as client:
+        for host in (
+            "0x7f.1",
+            "2130706433",
+            "127.1",
+            "0177.0.0.1",
+            "0x7f000001",
+            "0xa9.0xfe.0xa9.0xfe",
+            "\uff11\uff12\uff17.0.0.1",  # full-width 127
+            "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54",  # full-width localhost
+            "localhost\u3002",  # an ideographic full stop ends the name
+        ):
+            refused = await client.post(
+                "/v1/webhooks", json={"url": f"http://{host}/hook", "events": ["task.finished"]}
+            )
+            assert_error(refused, 422, "invalid_input")
+        assert (await client.get("/v1/webhooks")).json()["webhooks"] == []
+
+
+async def test_a_webhook_to_an_internationalized_name_is_sent_as_its_ascii_form(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """The resolver, `webhook_hosts`, the Host header and TLS SNI all see `xn--bcher-kva...`."""
+    settings = allowing(make_settings, webhook_hosts=["xn--bcher-kva.sandhive.test=127.0.0.1"])
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(host="B\u00fccher.sandhive.test"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [d["status"] for d in log] == ["delivered"], log
+        assert len(check_signed(rec, sub["secret"])) == 1
+        assert rec.received[0].headers["host"] == f"xn--bcher-kva.sandhive.test:{rec.port}"
+
+
 async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
     make_settings: Callable[..., Settings], sessions: Sessions
 ) -> None:
@@ -273,6 +371,23 @@ async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
         assert [d["status"] for d in log] == ["delivered"], log
         assert len(check_signed(rec, sub["secret"])) == 1
         assert rec.received[0].headers["host"] == f"localhost:{rec.port}", "the name, not the IP"
+
+
+async def test_webhook_hosts_answer_a_name_without_dns(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """`webhook_hosts` (split horizon, tests): a name no DNS knows is sent to its address,
+    as the name (Host header), and the allowed-address rule still decides."""
+    settings = allowing(make_settings, webhook_hosts=["hooks.sandhive.test=127.0.0.1"])
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        sub = await subscribe(client, rec.url(host="hooks.sandhive.test"), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        await send_until_settled(settings)
+        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        assert [d["status"] for d in log] == ["delivered"], log
+        assert len(check_signed(rec, sub["secret"])) == 1
+        assert rec.received[0].headers["host"] == f"hooks.sandhive.test:{rec.port}"
 
 
 async def test_redirects_are_not_followed(

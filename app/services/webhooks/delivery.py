@@ -25,7 +25,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
-from app.services.webhooks.net import Allow, Refused, post
+from app.services.webhooks.net import Allow, Refused, answers, post
 
 log = logging.getLogger(__name__)
 Delivery = models.WebhookDelivery
@@ -117,6 +117,7 @@ async def send(sessions: Sessions, settings: Settings, claimed: Claimed) -> None
             body,
             headers,
             Allow.of(settings.webhook_allowed_hosts),
+            hosts=answers(settings.webhook_hosts),
             timeout_s=settings.webhook_timeout_s,
             max_response_bytes=settings.webhook_max_response_bytes,
         )
