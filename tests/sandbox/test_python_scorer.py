@@ -469,13 +469,58 @@ def compute_score(agent_answer, ground_truth, **row):
     assert score.value == 0.25
 
 
+RUNS_THE_ANSWER_IN_A_FORK = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    pid = os.fork()  # as multiprocessing's default start method does
+    if pid == 0:
+        try:
+            exec(agent_answer, {})  # the candidate's program, put to the test
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+"""
+KILLS_ITS_SCORER = """
+import os, signal
+print('{"sandhive_result": {"value": 1.0}}', flush=True)
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+WRITES_A_RESULT_ON_EVERY_FD = """
+import os
+for fd in range(3, 256):
+    try:
+        os.write(fd, b'\\n{"value": 1.0}\\n')
+    except OSError:
+        pass
+"""
+
+
+async def test_an_answer_run_as_code_in_a_fork_of_the_scorer_cannot_forge_its_result(
+    host: DockerHost, docker_image: str
+) -> None:
+    """A fork shares the code's memory and fds: it can make the scoring fail, never succeed.
+    (Code run in the scorer's own process has all its powers: see docs/experiments.md.)"""
+    returns = RUNS_THE_ANSWER_IN_A_FORK + "    return 0.0  # it failed the test\n"
+    killed = await fails(host, docker_image, returns, KILLS_ITS_SCORER)
+    assert killed.message == (
+        "python scorer: the code ended without a result (SIGKILL (out of memory?)); see stderr"
+    )
+    own = await run(host, docker_image, returns, WRITES_A_RESULT_ON_EVERY_FD)
+    assert own.value == 0.0, "the scorer's own result; what the fork wrote is nobody's"
+    exits = RUNS_THE_ANSWER_IN_A_FORK + "    os._exit(0)  # a scorer ending abruptly\n"
+    error = await fails(host, docker_image, exits, WRITES_A_RESULT_ON_EVERY_FD)
+    assert error.message == (
+        "python scorer: the code ended without a result (exit code 0); see stderr"
+    )
+
+
 async def test_the_runners_key_is_beyond_the_codes_reach(
     host: DockerHost, docker_image: str
 ) -> None:
     """Everything the code can read (its memory, its fds, every process's environment,
     command line and fds) holds no 32-hex-digit token that is the key of the run's report."""
     code = r"""
-import ctypes, gc, os, re, sys
+import ctypes, fcntl, gc, os, re, sys
 TOKEN = re.compile(rb"[0-9a-f]{32}")
 found, reached = set(), []
 def look(where, data):
@@ -490,6 +535,16 @@ def read(path):
 def compute_score(agent_answer, ground_truth, **row):
     look("argv", sys.argv)
     look("environ", dict(os.environ))
+    for fd in range(1024):  # its own, by number: /proc/self/fd is root's after setuid
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            if flags & os.O_ACCMODE == os.O_WRONLY:
+                look("fds", b"")
+                continue
+            os.set_blocking(fd, False)
+            look("fds", os.read(fd, 2**22))
+        except OSError:
+            pass
     for obj in gc.get_objects():
         look("gc", repr(obj)[:100000])
     for line in open("/proc/self/maps"):
@@ -510,7 +565,7 @@ def compute_score(agent_answer, ground_truth, **row):
             continue
         for fd in fds:
             try:
-                look(f"{pid}/fd/{fd}", read(f"/proc/{pid}/fd/{fd}"))
+                look(f"{pid}/fd", read(f"/proc/{pid}/fd/{fd}"))
             except OSError:
                 pass
     print("reached", sorted(set(w.split("/")[-1] for w in reached)))
@@ -522,7 +577,7 @@ def compute_score(agent_answer, ground_truth, **row):
     key = lines[-1].split(" ", 1)[0]
     assert re.fullmatch("[0-9a-f]{32}", key), f"the report line carries the run's key: {lines[-1]}"
     reached = next(line for line in lines if line.startswith("reached "))
-    for part in ("argv", "environ", "gc", "memory", "cmdline", "fd"):
+    for part in ("argv", "environ", "fds", "gc", "memory", "cmdline"):
         assert f"'{part}'" in reached, reached  # the search did run
     found = next(line for line in lines if line.startswith("found "))
     assert key not in found
