@@ -53,7 +53,7 @@ RUN_LABEL = "sandhive.scorer_run"
 """One value per run (also in the result's `detail["sandbox_run"]`): finds exactly its container."""
 RUNNER_SOURCE = Path(__file__).with_name("python_scorer_runner.py").read_text()
 CODE_SOURCE = Path(__file__).with_name("python_scorer_code.py").read_text()
-REPORT_TAIL_BYTES = 16384
+REPORT_TAIL_BYTES = 65536
 """Of stdout, kept apart from what is shown: the report is in it, whatever was truncated."""
 WORKDIR = "/scorer"
 CREATE_TIMEOUT_S = 120.0

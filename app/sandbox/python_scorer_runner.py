@@ -32,8 +32,9 @@ import sys
 from typing import IO
 
 NOBODY = 65534
-RESULT_MAX = 8192
-"""The code's process sends a few hundred bytes; a longer message is no result."""
+RESULT_MAX = 16384
+"""The code's process sends at most a few KiB (500 escaped characters of a message); more is
+no result."""
 UCRED = struct.Struct("iII")
 """struct ucred: pid, uid, gid."""
 
