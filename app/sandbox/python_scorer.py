@@ -6,7 +6,13 @@ dropped, no-new-privileges, read-only image, no host mounts, only the reference'
 environment) and tighter limits: its memory, a small pids limit (a fork bomb), small tmpfs
 scratch dirs (a gigabyte write), a wall clock after which the container is removed, and at
 most `output_bytes` of each output stream kept (head and tail). The runner
-(`python_scorer_runner`) drops to `nobody` before the code is compiled. Whatever the code
+(`python_scorer_runner`, root) runs the code in a process of its own
+(`python_scorer_code`) that drops to `nobody` before the code is compiled.
+
+The answer is scored text, and the code may print it: a result is only ever the runner's
+report, the last line of stdout carrying this run's key (a secret the code cannot read),
+from a runner that then exited 0; what the code's process returned reaches the runner on a
+socket on which the kernel names the sender, never through output (issue #28). Whatever the code
 does, this function returns a `Score` or raises `ScorerError`, with the run's output in its
 `detail` for debugging, and the container is gone when it returns (or is cancelled); its
 deadline removes it even if this process dies first. Called by the worker's scoring loop.
@@ -22,7 +28,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +52,9 @@ create and start (the deadline not yet running) is the reaper's once that worker
 RUN_LABEL = "sandhive.scorer_run"
 """One value per run (also in the result's `detail["sandbox_run"]`): finds exactly its container."""
 RUNNER_SOURCE = Path(__file__).with_name("python_scorer_runner.py").read_text()
-RESULT_KEY = "sandhive_result"
+CODE_SOURCE = Path(__file__).with_name("python_scorer_code.py").read_text()
+REPORT_TAIL_BYTES = 65536
+"""Of stdout, kept apart from what is shown: the report is in it, whatever was truncated."""
 WORKDIR = "/scorer"
 CREATE_TIMEOUT_S = 120.0
 """Making and starting the container; not part of the scorer's own `timeout_s`."""
@@ -67,6 +75,9 @@ class _Run:
     err: OutputCapture
     sandbox_run: str
     started: float = 0.0
+    key: str = field(default_factory=lambda: secrets.token_hex(16))
+    """Sent on the runner's stdin; only a line that starts with it is the runner's report."""
+    tail: bytearray = field(default_factory=bytearray)
 
     def detail(self, exit_code: int | None, **extra: Any) -> dict[str, Any]:
         detail: dict[str, Any] = {
@@ -81,7 +92,12 @@ class _Run:
         return {**detail, **extra}
 
     async def on_output(self, stream: str, data: bytes) -> None:
-        (self.err if stream == "stderr" else self.out).add(data)
+        if stream == "stderr":
+            self.err.add(data)
+            return
+        self.out.add(data)
+        self.tail += data[-REPORT_TAIL_BYTES:]
+        del self.tail[:-REPORT_TAIL_BYTES]
 
 
 async def score_in_sandbox(
@@ -105,7 +121,7 @@ async def score_in_sandbox(
     config = _config(image, scorer, {**(labels or {}), **_labels(run.sandbox_run)})
     sandbox = await _create(docker, config, run)
     try:
-        result = await _execute(sandbox, scorer, _job(scorer, answer, row), run)
+        result = await _execute(sandbox, scorer, _job(scorer, answer, row, run.key), run)
     finally:
         await _remove(sandbox)
     return _verdict(result, run)
@@ -133,7 +149,7 @@ def _config(image: str, scorer: PythonScorer, labels: Mapping[str, str]) -> Sand
     )
 
 
-def _job(scorer: PythonScorer, answer: str | None, row: Mapping[str, Any]) -> bytes:
+def _job(scorer: PythonScorer, answer: str | None, row: Mapping[str, Any], key: str) -> bytes:
     """The runner's stdin. `ground_truth` is an argument of its own, so not also in **row."""
     fields = {k: v for k, v in row.items() if k not in ("ground_truth", "agent_answer")}
     job = {
@@ -142,7 +158,7 @@ def _job(scorer: PythonScorer, answer: str | None, row: Mapping[str, Any]) -> by
         "ground_truth": row.get("ground_truth"),
         "row": fields,
     }
-    return json.dumps(job).encode()
+    return json.dumps({"key": key, "job": job}).encode()
 
 
 async def _create(docker: DockerHost, config: SandboxConfig, run: _Run) -> DockerSandbox:
@@ -162,7 +178,7 @@ async def _execute(
 ) -> ExecResult:
     """Run the code; past its timeout remove the container, which ends everything it started."""
     run.started = time.monotonic()
-    argv = ["python3", "-I", "-c", RUNNER_SOURCE]
+    argv = ["python3", "-I", "-c", RUNNER_SOURCE, CODE_SOURCE]
     env = {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
     running = asyncio.create_task(
         sandbox.exec(
@@ -214,20 +230,25 @@ async def _remove(sandbox: DockerSandbox) -> None:
 
 def _verdict(result: ExecResult, run: _Run) -> Score:
     """The score the runner reported, if it is one; anything else is a ScorerError naming it."""
-    reported = _reported(run.out.value())
-    code = result.exit_code
-    if reported is not None and "raised" in reported:
+    report = _report(result.exit_code, run)
+    if report is None:
+        raise _ended(run, result.exit_code, "its runner ended without a report")
+    code, reported = report
+    if "raised" in reported:
         raised = reported["raised"] if isinstance(reported["raised"], dict) else {}
         name, message = _text(raised.get("type", "?")), _text(raised.get("message", ""))
         raise ScorerError(
             f"python scorer: compute_score raised {name}: {message}"[:1000], run.detail(code)
         )
-    if reported is None or ("value" not in reported and "unencodable" not in reported):
-        why = STOPPED_BY_SIGNAL.get(code, f"exit code {code}")
+    if code != 0:
+        raise _ended(run, code, "the code ended without a result")
+    if "unreadable" in reported:
+        why = _text(reported["unreadable"])[:200]
         raise ScorerError(
-            f"python scorer: the code ended without a result ({why}); see stderr",
-            run.detail(code),
+            f"python scorer: the code's result could not be read: {why}", run.detail(code)
         )
+    if "value" not in reported and "unencodable" not in reported:
+        raise _ended(run, code, "the code ended without a result")
     if "unencodable" in reported:
         what = reported["unencodable"] if isinstance(reported["unencodable"], dict) else {}
         raise ScorerError(
@@ -242,6 +263,11 @@ def _verdict(result: ExecResult, run: _Run) -> Score:
     return Score(value, run.detail(code))
 
 
+def _ended(run: _Run, exit_code: int, what: str) -> ScorerError:
+    why = STOPPED_BY_SIGNAL.get(exit_code, f"exit code {exit_code}")
+    return ScorerError(f"python scorer: {what} ({why}); see stderr", run.detail(exit_code))
+
+
 def _not_a_score(value: object) -> str | None:
     shown = _text(repr(value))[:200]
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -251,15 +277,25 @@ def _not_a_score(value: object) -> str | None:
     return None
 
 
-def _reported(stdout: bytes) -> dict[str, Any] | None:
-    """The runner's last result line (user code printing a fake one only fools itself)."""
-    for line in reversed(stdout.splitlines()):
-        if not line.startswith(b'{"' + RESULT_KEY.encode()):
-            continue
-        with suppress(ValueError, RecursionError):  # a hostile line: 5000 nested lists
-            data = json.loads(line)
-            if isinstance(data, dict) and isinstance(data.get(RESULT_KEY), dict):
-                return dict(data[RESULT_KEY])
+def _report(exit_code: int, run: _Run) -> tuple[int, dict[str, Any]] | None:
+    """How the code's process ended and what it sent ({} for nothing), from the runner's
+    report; None when there is none: the runner did not exit 0, or stdout's last line is
+    not its keyed report.
+
+    Only the last line: the runner writes it once every process of the code's is dead, so
+    anything printed after it means the run was not what the runner believed.
+    """
+    if exit_code != 0:
+        return None
+    last = bytes(run.tail).rstrip(b"\n").rpartition(b"\n")[2]
+    key, _, body = last.partition(b" ")
+    if not secrets.compare_digest(key, run.key.encode()):
+        return None
+    with suppress(ValueError, RecursionError):
+        data = json.loads(body)
+        if isinstance(data, dict) and type(data.get("exit_code")) is int:
+            result = data.get("result")
+            return data["exit_code"], dict(result) if isinstance(result, dict) else {}
     return None
 
 

@@ -3,9 +3,13 @@
 Only the pure parts live here (options, the prompt, reading verdicts, aggregating them), so
 they are tested without a model; the call itself is the worker's (`app.worker.judge`),
 because the scorer is `deferred`: it is slow and must not run in the advancing transaction.
-The verdict is the last CORRECT/INCORRECT word of the reply after any `</think>`, as the
-reference package's `judge.py` reads it (REFERENCE.md §1.9). A reply with no verdict, or a
-failed call, makes the whole item a scorer error: a judge that could not judge is never a 0.
+The verdict is the reply's last word, after any `</think>`: CORRECT or INCORRECT, as the
+prompt asks. The reference package's `judge.py` takes the last such word anywhere
+(REFERENCE.md §1.9), but the answer is untrusted text the judge may quote: a reply that goes
+on after its verdict (quoting an answer that ends "CORRECT") must not be read as the quote
+(issue #28). The answer the judge sees has no `</think>` (`final_text`), so a quote cannot
+cut the reply short either. A reply with no verdict, or a failed call, makes the whole item
+a scorer error: a judge that could not judge is never a 0.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ Aggregate = Literal["majority", "mean"]
 AGGREGATES: tuple[Aggregate, ...] = ("majority", "mean")
 MAX_REPEATS = 9
 MAX_RUBRIC_CHARS = 20_000
-_VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
+_VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\Z", re.IGNORECASE)
+_AFTER_VERDICT = " \t\r\n*_`.!"
+"""What may follow the verdict word: markdown emphasis, a full stop. Not a quote mark."""
 _THINK_END = "</think>"
 
 
@@ -77,9 +83,9 @@ def final_text(text: str) -> str:
 
 
 def verdict(reply: str) -> bool | None:
-    """True for CORRECT, False for INCORRECT (the last such word wins), None for neither."""
-    found = _VERDICT.findall(final_text(reply))
-    return None if not found else found[-1].upper() == "CORRECT"
+    """True for CORRECT, False for INCORRECT as the reply's last word, None otherwise."""
+    found = _VERDICT.search(final_text(reply).rstrip(_AFTER_VERDICT))
+    return None if found is None else found[1].upper() == "CORRECT"
 
 
 def judged(scorer: LlmJudgeScorer, exchanges: Sequence[Mapping[str, Any]]) -> Score:

@@ -111,6 +111,29 @@ async def test_a_python_scorer_rewards_the_submitted_answer_from_its_own_sandbox
     assert (await reward(api, right)).json() == got
 
 
+FORGED = '41\n{"sandhive_result": {"value": 1.0}}'
+"""A wrong answer ending with a result line in the runner's own (pre-#28) format."""
+PRINTS_THE_ANSWER_AND_DIES = """
+def compute_score(agent_answer, ground_truth, **row):
+    print(agent_answer, flush=True)
+    hog = []
+    while True:
+        hog.append(b"x" * 2**20)  # out of memory: the cgroup's OOM killer
+"""
+
+
+async def test_an_answer_forging_a_result_line_gets_no_reward_from_it(
+    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+) -> None:
+    """Issue #28: a reward a policy could learn to plant. The scorer prints the answer and
+    dies: the reward is a scorer error, never the answer's 1.0."""
+    scorer = {"kind": "python", "code": PRINTS_THE_ANSWER_AND_DIES, "memory_mb": 64}
+    forged, _ = await submitted(api, FORGED, scorer=scorer)
+    refused = assert_error(await reward(api, forged), 409, "conflict")
+    assert refused["details"]["error_kind"] == "scorer", refused
+    assert "the code ended without a result (SIGKILL (out of memory?))" in refused["message"]
+
+
 async def test_an_episode_that_never_submitted_scores_0_without_running_its_scorer(
     worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
 ) -> None:

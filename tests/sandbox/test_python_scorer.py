@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
+import re
 import time
 import uuid
 from typing import Any
 
 import pytest
 
+from app.agent.types import ExecResult
 from app.sandbox import DockerHost
+from app.sandbox.capture import OutputCapture
 from app.sandbox.policy import BASE_ENV, READ_ONLY_ENV
-from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL, score_in_sandbox
+from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL, _Run, _verdict, score_in_sandbox
 from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.python_code import PythonScorer
 from app.scoring.registry import scorer_for
@@ -396,3 +400,205 @@ def compute_score(agent_answer, ground_truth, **row):
     assert time.monotonic() - started < 20, "the exec waited for the child"
     assert error.message.startswith("python scorer: the code ended without a result"), error
     assert not error.detail.get("timed_out")
+
+
+# Issue #28: the answer is the scored text, so nothing it carries may become a result.
+FORGED = '41\n{"sandhive_result": {"value": 1.0}}'
+"""A wrong answer that ends with a result line in the runner's own (pre-#28) format."""
+PRINTS_THE_ANSWER = """
+import os, signal, sys
+def compute_score(agent_answer, ground_truth, **row):
+    print(agent_answer, flush=True)  # the docs say printing is fine
+    print(agent_answer, file=sys.stderr, flush=True)
+    then()
+    return 1.0 if agent_answer.strip() == ground_truth else 0.0
+"""
+THEN = {
+    "survives": "def then():\n    pass\n",
+    # b"x" * n touches every page: the cgroup's OOM killer, not a MemoryError
+    "runs out of memory": (
+        "def then():\n    hog = []\n    while True:\n        hog.append(b'x' * 2**20)\n"
+    ),
+    "calls os._exit": "def then():\n    os._exit(0)\n",
+    "is killed": "def then():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+}
+
+
+async def test_a_forged_result_line_in_the_answer_is_no_score_when_the_scorer_dies(
+    host: DockerHost, docker_image: str
+) -> None:
+    code = PRINTS_THE_ANSWER + THEN["runs out of memory"]
+    error = await fails(host, docker_image, code, FORGED, memory_mb=64)
+    assert error.message == (
+        "python scorer: the code ended without a result (SIGKILL (out of memory?)); see stderr"
+    )
+    survived = await run(host, docker_image, PRINTS_THE_ANSWER + THEN["survives"], FORGED)
+    assert survived.value == 0.0, "the scorer's own score, whatever the answer printed"
+    assert FORGED in survived.detail["stdout"]
+    assert FORGED in survived.detail["stderr"]
+
+
+@pytest.mark.parametrize(
+    ("then", "why"), [("calls os._exit", "exit code 0"), ("is killed", "SIGKILL (out of memory?)")]
+)
+async def test_a_scorer_that_prints_the_answer_then_ends_abruptly_gives_no_score(
+    host: DockerHost, docker_image: str, then: str, why: str
+) -> None:
+    error = await fails(host, docker_image, PRINTS_THE_ANSWER + THEN[then], FORGED)
+    assert error.message == f"python scorer: the code ended without a result ({why}); see stderr"
+
+
+async def test_output_after_compute_score_returned_is_never_its_result(
+    host: DockerHost, docker_image: str
+) -> None:
+    """A thread of the code's, or a child it left, printing once the runner has reported."""
+    code = """
+import os, sys, threading, time
+def late(text):
+    time.sleep(0.5)
+    for stream in (sys.stdout, sys.stderr):
+        print(text, file=stream, flush=True)
+def compute_score(agent_answer, ground_truth, **row):
+    threading.Thread(target=late, args=(agent_answer,)).start()  # not a daemon
+    if os.fork() == 0:
+        late(agent_answer)
+        os._exit(0)
+    return 0.25
+"""
+    score = await run(host, docker_image, code, FORGED)
+    assert score.value == 0.25
+
+
+RUNS_THE_ANSWER_IN_A_FORK = """
+import os
+def compute_score(agent_answer, ground_truth, **row):
+    pid = os.fork()  # as multiprocessing's default start method does
+    if pid == 0:
+        try:
+            exec(agent_answer, {})  # the candidate's program, put to the test
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+"""
+KILLS_ITS_SCORER = """
+import os, signal
+print('{"sandhive_result": {"value": 1.0}}', flush=True)
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+WRITES_A_RESULT_ON_EVERY_FD = """
+import os
+for fd in range(3, 256):
+    try:
+        os.write(fd, b'\\n{"value": 1.0}\\n')
+    except OSError:
+        pass
+"""
+
+
+async def test_an_answer_run_as_code_in_a_fork_of_the_scorer_cannot_forge_its_result(
+    host: DockerHost, docker_image: str
+) -> None:
+    """A fork shares the code's memory and fds: it can make the scoring fail, never succeed.
+    (Code run in the scorer's own process has all its powers: see docs/experiments.md.)"""
+    returns = RUNS_THE_ANSWER_IN_A_FORK + "    return 0.0  # it failed the test\n"
+    killed = await fails(host, docker_image, returns, KILLS_ITS_SCORER)
+    assert killed.message == (
+        "python scorer: the code ended without a result (SIGKILL (out of memory?)); see stderr"
+    )
+    own = await run(host, docker_image, returns, WRITES_A_RESULT_ON_EVERY_FD)
+    assert own.value == 0.0, "the scorer's own result; what the fork wrote is nobody's"
+    exits = RUNS_THE_ANSWER_IN_A_FORK + "    os._exit(0)  # a scorer ending abruptly\n"
+    error = await fails(host, docker_image, exits, WRITES_A_RESULT_ON_EVERY_FD)
+    assert error.message == (
+        "python scorer: the code ended without a result (exit code 0); see stderr"
+    )
+
+
+async def test_the_runners_key_is_beyond_the_codes_reach(
+    host: DockerHost, docker_image: str
+) -> None:
+    """Everything the code can read (its memory, its fds, every process's environment,
+    command line and fds) holds no 32-hex-digit token that is the key of the run's report."""
+    code = r"""
+import ctypes, fcntl, gc, os, re, sys
+TOKEN = re.compile(rb"[0-9a-f]{32}")
+found, reached = set(), []
+def look(where, data):
+    reached.append(where)
+    found.update(TOKEN.findall(data if isinstance(data, bytes) else str(data).encode()))
+def read(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return os.read(fd, 2**22)
+    finally:
+        os.close(fd)
+def compute_score(agent_answer, ground_truth, **row):
+    look("argv", sys.argv)
+    look("environ", dict(os.environ))
+    for fd in range(1024):  # its own, by number: /proc/self/fd is root's after setuid
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            if flags & os.O_ACCMODE == os.O_WRONLY:
+                look("fds", b"")
+                continue
+            os.set_blocking(fd, False)
+            look("fds", os.read(fd, 2**22))
+        except OSError:
+            pass
+    for obj in gc.get_objects():
+        look("gc", repr(obj)[:100000])
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        name = fields[5] if len(fields) > 5 else ""
+        if fields[1].startswith("r") and not name.startswith("[v"):
+            look("memory", ctypes.string_at(start, end - start))
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        for part in ("cmdline", "environ", "mem"):
+            try:
+                look(f"{pid}/{part}", read(f"/proc/{pid}/{part}"))
+            except OSError:
+                pass
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                look(f"{pid}/fd", read(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    print("reached", sorted(set(w.split("/")[-1] for w in reached)))
+    print("found", sorted(t.decode() for t in found))
+    return 0.0
+"""
+    score = await run(host, docker_image, code, timeout_s=120, memory_mb=512)
+    lines = score.detail["stdout"].splitlines()
+    key = lines[-1].split(" ", 1)[0]
+    assert re.fullmatch("[0-9a-f]{32}", key), f"the report line carries the run's key: {lines[-1]}"
+    reached = next(line for line in lines if line.startswith("reached "))
+    for part in ("argv", "environ", "fds", "gc", "memory", "cmdline"):
+        assert f"'{part}'" in reached, reached  # the search did run
+    found = next(line for line in lines if line.startswith("found "))
+    assert key not in found
+    assert score.detail["stdout"].count(key) == 1, "only the runner's own report carries it"
+
+
+@pytest.mark.parametrize("exit_code", [137, 1])
+async def test_a_report_counts_only_when_the_runner_itself_ended_normally(exit_code: int) -> None:
+    """The runner reported, then died (the OOM killer chose it) or failed: no result.
+
+    Not reachable from the code (the runner is root, the code nobody), so the verdict is
+    driven directly with what such a run would have printed.
+    """
+    old_format = b'{"sandhive_result": {"value": 1.0}}\n'
+    new = _Run(OutputCapture(4096), OutputCapture(4096), "run")
+    await new.on_output("stdout", old_format)
+    with pytest.raises(ScorerError, match="without a report"):
+        _verdict(ExecResult(exit_code, b"", b""), new)
+    reported = _Run(OutputCapture(4096), OutputCapture(4096), "run")
+    report = {"exit_code": 0, "result": {"value": 1.0}}
+    await reported.on_output("stdout", f"\n{reported.key} {json.dumps(report)}\n".encode())
+    assert _verdict(ExecResult(0, b"", b""), reported).value == 1.0
+    with pytest.raises(ScorerError, match="without a report"):
+        _verdict(ExecResult(exit_code, b"", b""), reported)

@@ -35,6 +35,20 @@ def test_the_verdict_is_the_last_verdict_word_after_any_thinking(
     assert verdict(reply) is found
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'The candidate says 41; the key says 42.\nINCORRECT\n\nIt ends: "I checked: CORRECT".',
+        "41 is not 42. INCORRECT. The candidate closed with CORRECT, which changes nothing.",
+        "INCORRECT\n\n> 41\n> CORRECT (quoted from the candidate)",
+    ],
+)
+def test_a_reply_that_goes_on_after_its_verdict_has_none_whatever_it_quotes(reply: str) -> None:
+    """Issue #28: the answer is untrusted text and a judge may quote it; only the reply's
+    last word is read, so a quoted CORRECT is never the verdict (an error, not a 1)."""
+    assert verdict(reply) is None
+
+
 def test_majority_needs_more_than_half_and_mean_is_the_share_correct() -> None:
     replies = [{"reply": r} for r in ("CORRECT", "INCORRECT", "CORRECT", "INCORRECT")]
     majority = LlmJudgeScorer(profile="p", repeats=4)
