@@ -27,7 +27,7 @@ SANDBOX_RUNTIME = "runc"
 STREAM_CLIENT_BUFFER = 1000
 STREAM_KEEPALIVE_S = 15.0
 API_HEADER_TIMEOUT_S = 10.0
-# The `python` scorer's sandbox (app.scoring.python_code, app.sandbox.python_scorer)
+# The `python` scorer's sandbox (app.scoring.python_code, app.sandbox.python_scorer.score)
 PYTHON_SCORER_CODE_MAX_BYTES = 256 * 1024
 PYTHON_SCORER_TIMEOUT_S = 30
 PYTHON_SCORER_MAX_TIMEOUT_S = 300

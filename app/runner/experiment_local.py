@@ -3,7 +3,7 @@
 Every row x arm x attempt is resolved as the service resolves an item's task
 (`app.domain.resolve`: the same defaults, maxima and 422s) and run by the same `Runner` as
 `sandhive run`, at most `concurrency` at once; built-in scorers score in-process, the
-`python` scorer in a fresh sandbox (`app.sandbox.python_scorer`), never here. The report
+`python` scorer in a fresh sandbox (`app.sandbox.python_scorer.score`), never here. The report
 is the service's (`app.domain.experiment_report`), and the run folder keeps what the package's
 benchmark leaves (REFERENCE.md §1.9) for each arm, plus the report and the items.
 """
@@ -196,7 +196,7 @@ async def _score_deferred(
     """The `python` scorer in a fresh sandbox of its own; other slow scorers need the service."""
     if scorer.kind != "python":
         raise ScorerError(f"scorer {scorer.kind!r} runs on the service only, not with --local")
-    from app.sandbox.python_scorer import score_in_sandbox
+    from app.sandbox.python_scorer.score import score_in_sandbox
     from app.scoring.python_code import PythonScorer
 
     assert isinstance(scorer, PythonScorer)

@@ -3,7 +3,7 @@
 User code is never run here, nor anywhere in the API or worker processes: this module only
 holds the scorer's options and checks the code up-front (it parses and defines a top-level
 `compute_score`), so a bad scorer is a 422 when the experiment is created rather than one
-error per item. Running it is `app.sandbox.python_scorer.score_in_sandbox`, in a fresh
+error per item. Running it is `app.sandbox.python_scorer.score.score_in_sandbox`, in a fresh
 container, called by the worker's scoring loop because the scorer is `deferred`.
 """
 
@@ -75,7 +75,7 @@ class PythonScorer:
 
     def score(self, answer: str | None, row: Mapping[str, Any]) -> Score:
         raise ScorerError(
-            "the python scorer runs in a sandbox (app.sandbox.python_scorer), not in-process"
+            "the python scorer runs in a sandbox (app.sandbox.python_scorer.score), not in-process"
         )
 
 

@@ -58,7 +58,7 @@ async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[st
 
 
 def _taskless(container: Labelled) -> bool:
-    """A warm-pool sandbox, or a `python` scorer's (`app.sandbox.python_scorer`): no task,
+    """A warm-pool sandbox, or a `python` scorer's (`app.sandbox.python_scorer.score`): no task,
     so only its worker's death dooms it (a scorer's left between create and start, whose
     deadline never began)."""
     return container.pooled or not container.task_id

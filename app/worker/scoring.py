@@ -14,7 +14,7 @@ Anything else a scorer raises is that item's scorer error at once, never a retry
 
 Dispatch by the scorer's kind: `llm_judge` through the Runner's model clients
 (`app.worker.judge`), `python` in a fresh sandbox on this worker's Docker host
-(`app.sandbox.python_scorer`); a built-in scorer (after a regrade) in-line. `score_with`
+(`app.sandbox.python_scorer.score`); a built-in scorer (after a regrade) in-line. `score_with`
 is that dispatch for one answer, also used for episodes' rewards.
 """
 
@@ -31,7 +31,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app import metrics
-from app.sandbox.python_scorer import score_in_sandbox
+from app.sandbox.python_scorer.score import score_in_sandbox
 from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.judge import LlmJudgeScorer
 from app.scoring.python_code import PythonScorer

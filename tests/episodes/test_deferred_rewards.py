@@ -19,7 +19,7 @@ import httpx
 from app.db import models
 from app.db.engine import Sessions
 from app.sandbox import DockerHost
-from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL
+from app.sandbox.python_scorer.score import RUN_LABEL, SCORER_LABEL
 from app.sandbox.reaper import WORKER_LABEL
 from app.scripted import ScriptedLLMServer
 from tests.api.conftest import assert_error

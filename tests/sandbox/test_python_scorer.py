@@ -20,7 +20,13 @@ from app.agent.types import ExecResult
 from app.sandbox import DockerHost
 from app.sandbox.capture import OutputCapture
 from app.sandbox.policy import BASE_ENV, READ_ONLY_ENV
-from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL, _Run, _verdict, score_in_sandbox
+from app.sandbox.python_scorer.score import (
+    RUN_LABEL,
+    SCORER_LABEL,
+    _Run,
+    _verdict,
+    score_in_sandbox,
+)
 from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.python_code import PythonScorer
 from app.scoring.registry import scorer_for

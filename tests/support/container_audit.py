@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
-from app.sandbox.python_scorer import SCORER_LABEL
+from app.sandbox.python_scorer.score import SCORER_LABEL
 from app.sandbox.reaper import (
     ATTEMPT_LABEL,
     CREATED_LABEL,

@@ -12,7 +12,7 @@ import pytest
 
 from app.config import Settings
 from app.sandbox import DockerHost
-from app.sandbox.python_scorer import RUN_LABEL
+from app.sandbox.python_scorer.score import RUN_LABEL
 from app.scripted import ScriptedLLMServer
 from tests.support.experiments import progress, scripted, settled, submit
 from tests.worker.conftest import running_worker

@@ -6,7 +6,7 @@ import asyncio
 import subprocess
 
 from app.bus import leases
-from app.sandbox.python_scorer import RUN_LABEL, SCORER_LABEL
+from app.sandbox.python_scorer.score import RUN_LABEL, SCORER_LABEL
 from app.sandbox.reaper import CREATED_LABEL, INSTANCE_LABEL, WORKER_LABEL, labels_for
 from app.worker.context import WorkerContext
 from app.worker.reaping import reap

@@ -6,8 +6,8 @@ dropped, no-new-privileges, read-only image, no host mounts, only the reference'
 environment) and tighter limits: its memory, a small pids limit (a fork bomb), small tmpfs
 scratch dirs (a gigabyte write), a wall clock after which the container is removed, and at
 most `output_bytes` of each output stream kept (head and tail). The runner
-(`python_scorer_runner`, root) runs the code in a process of its own
-(`python_scorer_code`) that drops to `nobody` before the code is compiled.
+(`runner`, root) runs the code in a process of its own
+(`code`) that drops to `nobody` before the code is compiled.
 
 The answer is scored text, and the code may print it: a result is only ever the runner's
 report, the last line of stdout carrying this run's key (a secret the code cannot read),
@@ -51,8 +51,8 @@ The worker adds its instance and worker labels (`labels`), so a container left b
 create and start (the deadline not yet running) is the reaper's once that worker is gone."""
 RUN_LABEL = "sandhive.scorer_run"
 """One value per run (also in the result's `detail["sandbox_run"]`): finds exactly its container."""
-RUNNER_SOURCE = Path(__file__).with_name("python_scorer_runner.py").read_text()
-CODE_SOURCE = Path(__file__).with_name("python_scorer_code.py").read_text()
+RUNNER_SOURCE = Path(__file__).with_name("runner.py").read_text()
+CODE_SOURCE = Path(__file__).with_name("code.py").read_text()
 REPORT_TAIL_BYTES = 65536
 """Of stdout, kept apart from what is shown: the report is in it, whatever was truncated."""
 WORKDIR = "/scorer"

@@ -1,6 +1,6 @@
 """Runs a `python` scorer's `compute_score`, as `nobody`, in a process of its own.
 
-Started by `python_scorer_runner` (root, in the scorer's sandbox, never in Sandhive's own
+Started by `runner` (root, in the scorer's sandbox, never in Sandhive's own
 processes) as `python3 -I -c <this source> <fd>`: a fresh interpreter, so none of the
 runner's memory (its per-run key) is in this address space. It gives up root before it
 reads anything, reads the job (`code`, `answer`, `ground_truth`, `row`) on stdin, calls

@@ -1,8 +1,8 @@
 """Runs inside a `python` scorer's sandbox as root, never in Sandhive's own processes: the
-one process whose report `app.sandbox.python_scorer` believes.
+one process whose report `app.sandbox.python_scorer.score` believes.
 
 The host passes this file's source to `python3 -I -c`, the code process's source
-(`python_scorer_code`) as its one argument, and on stdin `{"key": ..., "job": ...}`. The key
+(`code`) as its one argument, and on stdin `{"key": ..., "job": ...}`. The key
 is a per-run secret, read here before any user code exists and never handed on. This
 process starts the code's (exec'd: a fresh address space, without the key, that drops to
 `nobody` before the code is compiled) with the job on its stdin and one end of a datagram
