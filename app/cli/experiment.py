@@ -335,7 +335,7 @@ def _run_local(
         _print_json({"results": results, "output": str(folder)})
         return
     print_results(results)
-    console.print(f"outputs: {folder}")
+    console.print(f"outputs: {folder}", markup=False, highlight=False, soft_wrap=True)
 
 
 # Reading experiments back

@@ -100,7 +100,9 @@ def image_list() -> None:
         fail(str(exc))
     present = asyncio.run(_present(list(images.values())))
     table = Table()
-    for column in ("name", "reference", "here", "cpus", "memory MiB", "disk MiB", "pids"):
+    # A name is what `sandbox.image` takes: never cut, however narrow the terminal.
+    table.add_column("name", no_wrap=True, min_width=max(map(len, images), default=4))
+    for column in ("reference", "here", "cpus", "memory MiB", "disk MiB", "pids"):
         table.add_column(column, no_wrap=True)
     for column in ("tenants", "warm", "description"):
         table.add_column(column)

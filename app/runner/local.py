@@ -64,7 +64,8 @@ async def run_local(
         log.write(folder)
     answer = result.answer(settings.answer_max_bytes)
     console.print(summary_panel(Summary(result.outcome, answer, elapsed)))
-    console.print(f"outputs: {folder}", markup=False, highlight=False)
+    # One line however long, so that the path can be copied from the terminal whole.
+    console.print(f"outputs: {folder}", markup=False, highlight=False, soft_wrap=True)
     return result, folder
 
 

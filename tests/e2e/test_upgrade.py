@@ -43,6 +43,7 @@ from tests.support.private_redis import PrivateRedis
 
 MIGRATIONS = len(list((Path(__file__).parents[2] / "migrations" / "versions").glob("*.py")))
 STEPS = 4
+BATCH = 10
 """Bash steps per task; the submit makes one more."""
 
 
@@ -159,7 +160,9 @@ def test_rolling_worker_restart_loses_and_duplicates_nothing(
         ContainerWatch(config.instance_name()) as watch,
     ):
         old = procs.start_worker("old")
-        ids = [submit(client, "upgrade-batch") for _ in range(6)]
+        # Deep enough that the old worker is still busy when the new one has joined, however
+        # slowly a loaded machine starts the new one.
+        ids = [submit(client, "upgrade-batch") for _ in range(BATCH)]
 
         def finished() -> int:
             return sum(client.get(f"/v1/tasks/{t}").json()["status"] == "succeeded" for t in ids)
@@ -171,14 +174,18 @@ def test_rolling_worker_restart_loses_and_duplicates_nothing(
             lambda: any(("new" in dict(started_by(url, t)).values()) for t in ids),
             60,
         )
-        on_old = [t for t in ids if _running_on(client, url, t) == "old"]
+        on_old = wait_until(
+            "a task running on the old worker",
+            lambda: [t for t in ids if _running_on(client, url, t) == "old"],
+            60,
+        )
         old.send_signal(signal.SIGTERM)  # step 3: the old one leaves, handing back what it runs
         assert old.wait(timeout=config.worker_shutdown_grace_s + 20) == 0, procs.logs()
 
         tasks = [wait_terminal(client, t, timeout_s=120) for t in ids]
-    assert [(t["status"], t["finish_reason"]) for t in tasks] == [("succeeded", "submitted")] * 6, (
-        procs.logs()
-    )
+    assert [(t["status"], t["finish_reason"]) for t in tasks] == [
+        ("succeeded", "submitted")
+    ] * BATCH, procs.logs()
     watch.assert_one_at_a_time()
     check_consistency(config, ids, private_redis.client())
 

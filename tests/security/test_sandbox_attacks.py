@@ -156,6 +156,11 @@ class HostWatch:
     memory_peak: dict[str, int] = field(default_factory=dict)
     memory_limit: dict[str, int] = field(default_factory=dict)
     throttled: dict[str, int] = field(default_factory=dict)
+    cpu_quota: dict[str, float] = field(default_factory=dict)
+    """Each sandbox's CPU quota in its cgroup, in CPUs (cfs_quota_us / cfs_period_us)."""
+    cpu_rate_max: dict[str, float] = field(default_factory=dict)
+    """Each sandbox's highest CPU use between two samples, in CPUs."""
+    cpu_used: dict[str, tuple[int, int]] = field(default_factory=dict)
     mem_available: list[int] = field(default_factory=list)
     """Host `MemAvailable` (bytes), one per round."""
     containers: set[str] = field(default_factory=set)
@@ -241,12 +246,22 @@ class HostWatch:
         if peak is not None and mem_limit is not None:
             self.memory_peak[cid] = max(self.memory_peak.get(cid, 0), peak)
             self.memory_limit[cid] = mem_limit
-        cpu = CGROUP / "cpu/docker" / cid / "cpu.stat"
+        cpu = CGROUP / "cpu/docker" / cid
         try:
-            stats = dict(line.split() for line in cpu.read_text().splitlines())
+            stats = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
             self.throttled[cid] = int(stats["nr_throttled"])
         except (OSError, KeyError, ValueError):
             pass
+        quota, period = read_int(cpu / "cpu.cfs_quota_us"), read_int(cpu / "cpu.cfs_period_us")
+        if quota is not None and period:
+            self.cpu_quota[cid] = quota / period
+        used, now = read_int(CGROUP / "cpuacct/docker" / cid / "cpuacct.usage"), time.monotonic_ns()
+        if used is not None:
+            if cid in self.cpu_used:
+                was, then = self.cpu_used[cid]
+                rate = (used - was) / max(now - then, 1)
+                self.cpu_rate_max[cid] = max(self.cpu_rate_max.get(cid, 0.0), rate)
+            self.cpu_used[cid] = (used, now)
 
 
 def mem_available() -> int | None:
@@ -391,6 +406,7 @@ def test_resource_attacks_stay_inside_their_sandbox(
     print(
         f"attacks took {elapsed:.0f} s; pids peak {watch.pids_max_seen}/{PIDS}; memory peaks "
         f"{[p // 2**20 for p in watch.memory_peak.values()]} MiB; throttled {watch.throttled}; "
+        f"CPU peaks {[round(r, 2) for r in watch.cpu_rate_max.values()]}; "
         f"MemAvailable before {memory_before >> 20} min {min(watch.mem_available) >> 20} "
         f"after {memory_after >> 20} MiB; canary alone {canary_alone:.1f} s, beside the attacks "
         f"{canary_beside:.1f} s; orphan zombies seen {len(watch.orphan_zombies)}"
@@ -423,7 +439,14 @@ def test_resource_attacks_stay_inside_their_sandbox(
     assert PIDS - 8 <= watch.pids_max_seen <= PIDS + EXEC_SLACK  # the bomb hit the cap
     for cid, peak in watch.memory_peak.items():
         assert peak <= watch.memory_limit[cid] * 1.05, cid
-    assert max(watch.throttled.values()) > 0  # the CPU quota bit
+    # The CPU quota bit: each sandbox's cgroup holds its quota, and the spin either hit it
+    # (throttled) or never got more than it (a loaded host may not give four busy loops a
+    # whole CPU; without the quota an idle host gives them both cores).
+    assert set(watch.cpu_quota.values()) == {SANDBOX["cpus"]}, watch.cpu_quota
+    assert watch.cpu_rate_max, "no CPU use was sampled"
+    assert max(watch.throttled.values()) > 0 or max(watch.cpu_rate_max.values()) <= 1.1 * float(
+        SANDBOX["cpus"]
+    ), (watch.throttled, watch.cpu_rate_max)
 
     # The attacked task saw what happened, and went on to the end.
     task = done[attacked]
