@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable, Iterable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -159,14 +161,14 @@ def run(
         return
     if not json_out:
         err_console.print(f"experiment {exp_id} on {api.server}")
-    try:
-        experiment = _follow(api, experiment, quiet=json_out)
-    except KeyboardInterrupt:
+    followed = _follow(api, experiment, quiet=json_out)
+    if followed is None:  # Ctrl-C
         err_console.print(
             f"\nstopped following; experiment {exp_id} keeps running "
             f"(sandhive experiment status {exp_id}; cancel with sandhive experiment cancel)"
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(130)
+    experiment = followed
     results = api.json("GET", f"/v1/experiments/{exp_id}/results")
     if json_out:
         _print_json({"experiment": experiment, "results": results})
@@ -176,17 +178,47 @@ def run(
         raise typer.Exit(1)
 
 
-def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
-    """Poll the experiment until it is no longer running; a bar per arm unless `quiet`."""
+def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, Any] | None:
+    """Poll the experiment until it is no longer running, a bar per arm unless `quiet`; None
+    once Ctrl-C asked to stop following.
+
+    Ctrl-C sets a flag that the loop reads between polls instead of raising
+    KeyboardInterrupt wherever the main thread happens to be: raised inside the progress
+    bars' or a thread's locking, it could leave the command hanging after one Ctrl-C.
+    """
     path = f"/v1/experiments/{experiment['id']}"
     per_arm = int(experiment["rows"]) * int(experiment["attempts"])
-    with ProgressView(experiment["progress"], per_arm, enabled=not quiet) as view:
+    with (
+        interrupt_flag() as interrupted,
+        ProgressView(experiment["progress"], per_arm, enabled=not quiet) as view,
+    ):
         while True:
             view.update(experiment["progress"])
             if experiment["status"] != "running":
                 return experiment
-            time.sleep(POLL_S)
+            if interrupted.wait(POLL_S):
+                return None
             experiment = api.json("GET", path)
+            if interrupted.is_set():
+                return None
+
+
+@contextmanager
+def interrupt_flag() -> Iterator[threading.Event]:
+    """An event that SIGINT sets (instead of raising KeyboardInterrupt) while inside; a
+    second Ctrl-C raises it at once (a request the service does not answer)."""
+    interrupted = threading.Event()
+
+    def on_sigint(*_: object) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class ProgressView:

@@ -119,8 +119,9 @@ def image_list() -> None:
             str(image.warm_pool_size),
             image.description,
         )
-    console.print(table)
-    console.print("resources: default/maximum; here: whether this host's daemon has the image")
+    out = Console()  # the terminal's width now (COLUMNS), not when the module was imported
+    out.print(table)
+    out.print("resources: default/maximum; here: whether this host's daemon has the image")
 
 
 async def _present(images: list[Image]) -> dict[str, str]:

@@ -8,7 +8,8 @@ import ipaddress
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -331,15 +332,29 @@ async def test_a_webhook_to_an_internationalized_name_is_sent_as_its_ascii_form(
 ) -> None:
     """The resolver, `webhook_hosts`, the Host header and TLS SNI all see `xn--bcher-kva...`."""
     settings = allowing(make_settings, webhook_hosts=["xn--bcher-kva.sandhive.test=127.0.0.1"])
+    sent = await delivered_once(settings, sessions, "B\u00fccher.sandhive.test")
+    assert sent.headers["host"] == f"xn--bcher-kva.sandhive.test:{sent.port}"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a receiver got: the request's headers, and the port it listened on."""
+
+    headers: Mapping[str, str]
+    port: int
+
+
+async def delivered_once(settings: Settings, sessions: Sessions, host: str) -> Sent:
+    """A task's `task.finished` to a receiver named `host`: delivered once, signed; what came."""
     async with receiver() as rec, serve(create_app(settings)) as client:
-        sub = await subscribe(client, rec.url(host="B\u00fccher.sandhive.test"), ["task.finished"])
+        sub = await subscribe(client, rec.url(host=host), ["task.finished"])
         task_id = await insert_task(sessions)
         await client.post(f"/v1/tasks/{task_id}/cancel")
         await send_until_settled(settings)
         log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
         assert [d["status"] for d in log] == ["delivered"], log
         assert len(check_signed(rec, sub["secret"])) == 1
-        assert rec.received[0].headers["host"] == f"xn--bcher-kva.sandhive.test:{rec.port}"
+        return Sent(rec.received[0].headers, rec.port)
 
 
 async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
@@ -362,15 +377,8 @@ async def test_a_name_resolving_to_loopback_is_refused_at_send_time(
         assert log["status"] == "failed"
         await client.delete(f"/v1/webhooks/{first['id']}")
     # The same name, allowed at send time too, is delivered.
-    async with receiver() as rec, serve(create_app(registering)) as client:
-        sub = await subscribe(client, rec.url(host="localhost"), ["task.finished"])
-        task_id = await insert_task(sessions)
-        await client.post(f"/v1/tasks/{task_id}/cancel")
-        await send_until_settled(registering)
-        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
-        assert [d["status"] for d in log] == ["delivered"], log
-        assert len(check_signed(rec, sub["secret"])) == 1
-        assert rec.received[0].headers["host"] == f"localhost:{rec.port}", "the name, not the IP"
+    sent = await delivered_once(registering, sessions, "localhost")
+    assert sent.headers["host"] == f"localhost:{sent.port}", "the name, not the IP"
 
 
 async def test_webhook_hosts_answer_a_name_without_dns(
@@ -379,15 +387,8 @@ async def test_webhook_hosts_answer_a_name_without_dns(
     """`webhook_hosts` (split horizon, tests): a name no DNS knows is sent to its address,
     as the name (Host header), and the allowed-address rule still decides."""
     settings = allowing(make_settings, webhook_hosts=["hooks.sandhive.test=127.0.0.1"])
-    async with receiver() as rec, serve(create_app(settings)) as client:
-        sub = await subscribe(client, rec.url(host="hooks.sandhive.test"), ["task.finished"])
-        task_id = await insert_task(sessions)
-        await client.post(f"/v1/tasks/{task_id}/cancel")
-        await send_until_settled(settings)
-        log = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
-        assert [d["status"] for d in log] == ["delivered"], log
-        assert len(check_signed(rec, sub["secret"])) == 1
-        assert rec.received[0].headers["host"] == f"hooks.sandhive.test:{rec.port}"
+    sent = await delivered_once(settings, sessions, "hooks.sandhive.test")
+    assert sent.headers["host"] == f"hooks.sandhive.test:{sent.port}"
 
 
 async def test_redirects_are_not_followed(
