@@ -3,13 +3,14 @@
 Only the pure parts live here (options, the prompt, reading verdicts, aggregating them), so
 they are tested without a model; the call itself is the worker's (`app.worker.judge`),
 because the scorer is `deferred`: it is slow and must not run in the advancing transaction.
-The verdict is the reply's last word, after any `</think>`: CORRECT or INCORRECT, as the
-prompt asks. The reference package's `judge.py` takes the last such word anywhere
-(REFERENCE.md §1.9), but the answer is untrusted text the judge may quote: a reply that goes
-on after its verdict (quoting an answer that ends "CORRECT") must not be read as the quote
-(issue #28). The answer the judge sees has no `</think>` (`final_text`), so a quote cannot
-cut the reply short either. A reply with no verdict, or a failed call, makes the whole item
-a scorer error: a judge that could not judge is never a 0.
+The verdict is the last CORRECT/INCORRECT word of the reply after any `</think>`, as the
+reference package's `judge.py` reads it (REFERENCE.md §1.9), so scores match the package's.
+But the answer is untrusted text the judge may quote: when the answer itself carries such a
+word, a reply quoting it after the verdict would hand the answer its own verdict (issue
+#28), so for those answers only the reply's last word counts. The answer the judge sees has
+no `</think>` (`final_text`), so a quote cannot cut the reply short either. A reply with no
+verdict, or a failed call, makes the whole item a scorer error: a judge that could not judge
+is never a 0.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ Aggregate = Literal["majority", "mean"]
 AGGREGATES: tuple[Aggregate, ...] = ("majority", "mean")
 MAX_REPEATS = 9
 MAX_RUBRIC_CHARS = 20_000
-_VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\Z", re.IGNORECASE)
+_VERDICT_WORD = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
+_LAST_WORD = re.compile(r"\b(INCORRECT|CORRECT)\Z", re.IGNORECASE)
 _AFTER_VERDICT = " \t\r\n*_`.!"
-"""What may follow the verdict word: markdown emphasis, a full stop. Not a quote mark."""
+"""What may follow a last-word verdict: markdown emphasis, a full stop. Not a quote mark."""
 _THINK_END = "</think>"
 
 
@@ -82,19 +84,26 @@ def final_text(text: str) -> str:
     return text.rsplit(_THINK_END, 1)[-1].strip()
 
 
-def verdict(reply: str) -> bool | None:
-    """True for CORRECT, False for INCORRECT as the reply's last word, None otherwise."""
-    found = _VERDICT.search(final_text(reply).rstrip(_AFTER_VERDICT))
-    return None if found is None else found[1].upper() == "CORRECT"
+def verdict(reply: str, answer: str | None = None) -> bool | None:
+    """True for CORRECT, False for INCORRECT, None for neither: the last such word of the
+    reply, or only its last word when the judged `answer` carries a verdict word itself."""
+    text = final_text(reply)
+    if answer is not None and _VERDICT_WORD.search(final_text(answer)):
+        found = _LAST_WORD.search(text.rstrip(_AFTER_VERDICT))
+        return None if found is None else found[1].upper() == "CORRECT"
+    words = _VERDICT_WORD.findall(text)
+    return None if not words else words[-1].upper() == "CORRECT"
 
 
-def judged(scorer: LlmJudgeScorer, exchanges: Sequence[Mapping[str, Any]]) -> Score:
-    """The score of one answer from its exchanges (`{"reply": ...}` each, in order).
+def judged(
+    scorer: LlmJudgeScorer, exchanges: Sequence[Mapping[str, Any]], answer: str | None = None
+) -> Score:
+    """The score of `answer` from its exchanges (`{"reply": ...}` each, in order).
 
     `majority`: 1 when more than half the verdicts are CORRECT, else 0; `mean`: the share
     that are. Raises ScorerError (with the exchanges) when any reply has no verdict.
     """
-    verdicts = [verdict(str(exchange.get("reply", ""))) for exchange in exchanges]
+    verdicts = [verdict(str(exchange.get("reply", "")), answer) for exchange in exchanges]
     detail = {"exchanges": [dict(exchange) for exchange in exchanges], "verdicts": verdicts}
     if not verdicts:
         raise ScorerError("the judge gave no reply", detail)

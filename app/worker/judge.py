@@ -50,7 +50,7 @@ async def judge(
         # Any failure of the call (the model's, the client's, a reply it could not read)
         # is this item's: retrying it forever would keep the experiment running.
         raise ScorerError(f"the judge's call failed: {_why(failure)}", detail)
-    score = judged(scorer, exchanges)
+    score = judged(scorer, exchanges, answer)
     return Score(score.value, {**score.detail, "model": llm.model, "prompt": messages})
 
 
