@@ -16,7 +16,7 @@ lint:     ## what CI enforces; writes nothing (the rooms' map and budgets: tests
 TEST_WORKERS ?= 3
 
 test:     ## every test, against real Postgres, Redis and Docker, on $(TEST_WORKERS) pytest-xdist workers
-	.venv/bin/pytest -n $(TEST_WORKERS)
+	.venv/bin/pytest -n $(TEST_WORKERS) --durations=15
 
 docs:     ## regenerate docs/configuration.md from the settings' docstrings (app/config.py)
 	.venv/bin/python -m app.config --markdown > docs/configuration.md

@@ -204,8 +204,9 @@ def test_rolling_worker_restart_loses_and_duplicates_nothing(
         assert lost[0]["lost_attempts"] == 0
         if task["attempt"] > 1:
             handed_back += 1
+            # Begun on the old worker, ended on the new (the old one may have taken it after
+            # `on_old` was read and before its SIGTERM).
             assert (runs[0][1], runs[-1][1]) == ("old", "new"), runs
-            assert task["id"] in on_old
     assert on_old, "the old worker was mid-batch when it was stopped"
     assert handed_back >= 1, "a task ran past the old worker's grace and moved to the new one"
     assert {worker for t in ids for _, worker in started_by(url, t)} == {"old", "new"}

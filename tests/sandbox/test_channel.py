@@ -97,7 +97,9 @@ async def test_a_forged_oversized_frame_drops_the_channel_not_the_worker(
 async def test_out_of_pids_fails_the_command_not_the_channel(make_sandbox: MakeSandbox) -> None:
     box = await make_sandbox(pids_limit=64)
     hog = asyncio.create_task(
-        box.exec(["sh", "-c", "for i in $(seq 200); do sleep 30 & done; wait"], timeout_s=20)
+        # bash, not dash: a fork that fails makes dash exit (freeing a pid for `true` on a
+        # slow machine), while bash retries it and stays, so the cap stays hit.
+        box.exec(["bash", "-c", "for i in $(seq 200); do sleep 30 & done; wait"], timeout_s=20)
     )
     try:
         starved = None
