@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank(item.nodeid))
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> UnitScheduling | None:
     """Under `pytest -n N`: whole modules, and whole named groups, per worker."""
     if config.getvalue("dist") in ("load", "loadscope", "loadgroup"):

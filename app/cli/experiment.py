@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -199,21 +199,43 @@ def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, A
             if interrupted.wait(POLL_S):
                 return None
             experiment = api.json("GET", path)
-            if interrupted.is_set():
+            if interrupted:
                 return None
 
 
+class Interrupted:
+    """Set by SIGINT's handler, read by the loop: a plain flag, because a handler that took a
+    lock (`threading.Event.set`) could wait for a lock its own thread holds."""
+
+    def __init__(self) -> None:
+        self.set = False
+
+    def __bool__(self) -> bool:
+        return self.set
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, in short slices; whether SIGINT came meanwhile."""
+        end = time.monotonic() + seconds
+        while not self.set and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+        return self.set
+
+
 @contextmanager
-def interrupt_flag() -> Iterator[threading.Event]:
-    """An event that SIGINT sets (instead of raising KeyboardInterrupt) while inside; a
-    second Ctrl-C raises it at once (a request the service does not answer)."""
-    interrupted = threading.Event()
+def interrupt_flag() -> Iterator[Interrupted]:
+    """A flag that SIGINT sets (instead of raising KeyboardInterrupt) while inside; a second
+    Ctrl-C raises it at once (a request the service does not answer). A SIGINT the caller
+    ignores (a background job) stays ignored."""
+    interrupted = Interrupted()
 
     def on_sigint(*_: object) -> None:
-        if interrupted.is_set():
+        if interrupted.set:
             raise KeyboardInterrupt
-        interrupted.set()
+        interrupted.set = True
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield interrupted
+        return
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield interrupted

@@ -56,7 +56,7 @@ def test_sandhive_run_mode_vanilla_is_one_call_without_a_sandbox(
     monkeypatch.setenv("SANDHIVE_SANDBOX_IMAGE", "sandhive-no-such-image:never")  # not needed
     monkeypatch.setenv("COLUMNS", "120")
     model = f"vanilla-run-{uuid.uuid4().hex[:8]}"
-    scripted_llm.add_script(model, Script(turns=[Turn(content="It is 42.")]))
+    scripted_llm.add_script(model, Script(turns=[Turn(content="It is 42.")], tools="none"))
     args = run_args(scripted_llm, model, tmp_path)
     done = CliRunner().invoke(cli, [*args, "--mode", "vanilla"])
     assert done.exit_code == 0, done.output
@@ -66,6 +66,7 @@ def test_sandhive_run_mode_vanilla_is_one_call_without_a_sandbox(
     body = scripted_llm.last_request(model) or {}
     assert "tools" not in body, "a vanilla call offers no tools"
     assert [m["role"] for m in body["messages"]] == ["user"]
+    assert [f for f in scripted_llm.failures if f.startswith(model)] == []
     [run_dir] = list(tmp_path.iterdir())
     assert (run_dir / "files" / "answer.txt").read_text() == "It is 42."
 

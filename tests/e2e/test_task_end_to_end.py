@@ -116,7 +116,8 @@ def test_task_runs_end_to_end(service: Service, scripted_llm: ScriptedLLMServer)
         assert task["answer"] == EXPECTED
         assert task["attempt"] == 1
         assert task["usage"]["steps"] == 3
-        assert scripted_llm.failures == []
+        # The session's one scripted server serves other tests too: only this model's count.
+        assert [f for f in scripted_llm.failures if f.startswith("e2e-answer")] == []
 
         steps = client.get(f"/v1/tasks/{task_id}/trajectory").json()["steps"]
         assert [s["action"]["tool"] for s in steps] == [

@@ -40,8 +40,12 @@ def blocking_callbacks(threshold_s: float) -> Iterator[list[str]]:
     the thread waited for a CPU, which says how busy the machine was, not the callback."""
     slow: list[str] = []
     run = asyncio.events.Handle._run
+    watched = asyncio.get_running_loop()  # not the scripted model server's, in its thread
 
     def timed(handle: asyncio.events.Handle) -> None:
+        if handle._loop is not watched:
+            run(handle)
+            return
         started, waited = time.perf_counter_ns(), runqueue_wait_ns()
         run(handle)
         held = time.perf_counter_ns() - started - (runqueue_wait_ns() - waited)

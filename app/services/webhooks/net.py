@@ -51,7 +51,10 @@ class Allow:
             try:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
-                names.add(_ascii(entry.strip()))
+                try:
+                    names.add(_ascii(entry.strip()))
+                except UnicodeError:  # no IDNA form (`a..b`): no URL's host can match it
+                    names.add(entry.strip().lower().rstrip("."))
         return cls(frozenset(names), tuple(networks))
 
     def refusal(self, address: Address) -> str | None:
