@@ -124,7 +124,7 @@ fi
 log "virtualenv"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -U pip
-.venv/bin/pip install -q -e '.[dev]'
+.venv/bin/pip install -q -e '.[dev]' -e clients/python  # the Python client, for docs/calling-services.md
 
 log "sandbox image (offline base from Debian packages)"
 .venv/bin/sandhive image build --offline
@@ -136,5 +136,7 @@ psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='san
 
 # API keys are on by default (SANDHIVE_AUTH=keys): say how to get one.
 echo
-echo "Create an API key for the API (printed once):  .venv/bin/sandhive keys create --tenant \$USER"
+# $USER is unset in containers and CI shells: name the tenant after the account instead.
+tenant="${USER:-$(id -un 2>/dev/null || echo local)}"
+echo "Create an API key for the API (printed once):  .venv/bin/sandhive keys create --tenant $tenant"
 echo "then call it with:  curl -H \"Authorization: Bearer <key>\" localhost:8000/v1/tasks"

@@ -55,10 +55,35 @@ def _backend_error(retry_after_s: int) -> Callable[[Request, Exception], Awaitab
     return handle
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     # Only where and what: echoing `input` could send a huge or secret value back.
     details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-    return error_response(422, "invalid_input", validation_message(details), details)
+    message = validation_message(details)
+    first = exc.errors()[0] if details else {}
+    if first.get("type") == "json_invalid":
+        message = details[0]["msg"] = _json_problem(exc.body, first)
+    elif details[:1] and details[0]["loc"] == ["body"] and not _sent_as_json(request):
+        message = (
+            "the body must be JSON, sent with Content-Type: application/json; this one came as "
+            f"{request.headers.get('content-type') or 'no Content-Type'}"
+        )
+    return error_response(422, "invalid_input", message, details)
+
+
+def _json_problem(body: Any, error: Mapping[str, Any]) -> str:
+    """`the body is not valid JSON: Expecting value at line 2 column 7` (1-based, as editors)."""
+    what = str(error.get("ctx", {}).get("error") or "JSON decode error")
+    position = error["loc"][-1] if isinstance(error["loc"][-1], int) else None
+    if not isinstance(body, str) or position is None:
+        return f"the body is not valid JSON: {what}"
+    line = body.count("\n", 0, position) + 1
+    column = position - body.rfind("\n", 0, position)
+    return f"the body is not valid JSON: {what} at line {line} column {column}"
+
+
+def _sent_as_json(request: Request) -> bool:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
 
 
 def validation_message(details: list[dict[str, Any]]) -> str:

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
-from app.config import LLMProfile, Settings
+from app.config import SCRIPTED_PROFILE, LLMProfile, Settings
 from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.domain.image_catalogue import Image, allowed, catalogue
 from app.domain.prompt_configs import (
@@ -82,20 +82,36 @@ def resolve_spec(body: TaskCreate, settings: Settings, *, tenant: str | None = N
     return spec
 
 
+def profile_name(llm: LLMOptions, profiles: Mapping[str, LLMProfile]) -> str:
+    """The profile a task runs on: the one it names, else `default`.
+
+    On a server whose only profile is the scripted demo (`make run` before a real model is
+    configured) a task that names none runs on `scripted`, so the docs' first examples work
+    as pasted; its record says `"profile": "scripted"` and the page and the logs say so.
+    """
+    if "profile" in llm.model_fields_set or llm.profile in profiles:
+        return llm.profile
+    if list(profiles) == [SCRIPTED_PROFILE]:
+        return SCRIPTED_PROFILE
+    return llm.profile
+
+
 def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -> LLMSpec:
     profiles = settings.llm_profiles()
-    profile = profiles.get(llm.profile)
+    name = profile_name(llm, profiles)
+    profile = profiles.get(name)
     if profile is None:
-        problems.append(_unknown_profile(llm.profile, sorted(profiles)))
+        problems.append(_unknown_profile(name, sorted(profiles)))
     model = llm.model or (profile.model if profile else "")
     if profile is not None and not model:
         problems.append(problem(("llm", "model"), "no model given and the profile has none"))
     elif profile is not None and not profile.allows(model):
         allowed = sorted({*profile.models, profile.model} - {""})
-        msg = f"model {model!r} is not allowed by llm profile {llm.profile!r}"
+        msg = f"model {model!r} is not allowed by llm profile {name!r}"
+        msg += f"; allowed: {', '.join(allowed)}"
         problems.append(problem(("llm", "model"), msg, "not_allowed", allowed=allowed))
     return LLMSpec(
-        profile=llm.profile,
+        profile=name,
         model=model,
         temperature=_default(llm.temperature, settings.default_temperature),
         max_tokens_per_call=_bounded(

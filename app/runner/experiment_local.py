@@ -28,7 +28,7 @@ from app.domain.resolve import check_inputs, parse_submission, resolve_spec
 from app.domain.trajectory_format import reference_trajectory
 from app.errors import InvalidInput, TooLarge
 from app.runner.episode import Runner, open_runner
-from app.runner.local import LOCAL_LABELS
+from app.runner.local import local_labels
 from app.schemas.experiments import (
     ArmProgress,
     ExperimentCreate,
@@ -156,7 +156,7 @@ async def _run_item(
         _error(item, "infrastructure", f"the task was refused: {exc.message}")
         return
     started = time.monotonic()
-    result = await runner.run(spec, prompt, _QuietSink(), labels=LOCAL_LABELS, inputs=inputs)
+    result = await runner.run(spec, prompt, _QuietSink(), labels=local_labels(), inputs=inputs)
     outcome = result.outcome
     item.seconds = time.monotonic() - started
     usage = outcome.usage
@@ -201,7 +201,7 @@ async def _score_deferred(
 
     assert isinstance(scorer, PythonScorer)
     return await score_in_sandbox(  # labelled like the run's own sandboxes: outside a deployment
-        runner.docker, settings.sandbox_image, scorer, answer, row, labels=LOCAL_LABELS
+        runner.docker, settings.sandbox_image, scorer, answer, row, labels=local_labels()
     )
 
 

@@ -28,9 +28,14 @@ from app.runner.run_display import Summary, TerminalSink, summary_panel
 from app.sandbox.files import CollectedFile
 from app.specs import TaskSpec
 
-LOCAL_LABELS = {"sandhive.local": "1", "sandhive.local.pid": str(os.getpid())}
-"""What marks a sandbox of this process (`sandhive run`, `experiment run --local`): `sandhive.local`
-keeps deployments' reapers away from it, the pid says whose it is."""
+
+def local_labels() -> dict[str, str]:
+    """What marks a sandbox of this process (`sandhive run`, `experiment run --local`).
+
+    `sandhive.local` keeps deployments' reapers away from it, the pid says whose it is (read
+    at each call: a forked process is not its parent).
+    """
+    return {"sandhive.local": "1", "sandhive.local.pid": str(os.getpid())}
 
 
 def resolve_run(settings: Settings, options: Mapping[str, Any]) -> TaskSpec:
@@ -56,7 +61,7 @@ async def run_local(
     log = ExchangeLog() if save_exchanges else None
     async with _runner(settings, log) as runner:
         result = await runner.run(
-            spec, prompt, TerminalSink(console), labels=LOCAL_LABELS, inputs=inputs
+            spec, prompt, TerminalSink(console), labels=local_labels(), inputs=inputs
         )
     elapsed = time.monotonic() - started
     folder = write_outputs(output_root, prompt, result)

@@ -30,6 +30,7 @@ next command then starts a fresh one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -47,6 +48,9 @@ MARK = "SANDHIVE_EXEC_ID"
 CHUNK = 65536
 SPARE_S = 1.0
 """How long a kill keeps killing a shell command's processes before giving up the shell."""
+REAP_WAIT_S = 2.0
+"""How long a kill waits for the killed processes to be reaped (their pids freed)."""
+REAP_POLL_S = 0.01
 BASE_ENV = dict(os.environ)
 LOCK = threading.Lock()
 RUNNING: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
@@ -334,17 +338,34 @@ def kill_marked(token: str, spare: int = 0) -> None:
 
 
 def kill(rid: int, report: bool = True) -> None:
-    """SIGKILL the command's process group and every process with its mark, twice."""
+    """SIGKILL the command's process group and every process with its mark until both are gone.
+
+    "Gone" means reaped, not only signalled: a killed process holds its pid (and the
+    sandbox's pids budget) as a zombie until its parent or init waits for it, so a command
+    sent just after "killed" could still find no pid to fork. The wait is bounded by
+    REAP_WAIT_S; the first two rounds always run, for forks that were under way.
+    """
     KILLED.add(rid)
     item = RUNNING.get(rid)
     if item is not None:
         proc, token = item
-        for _ in range(2):
+        deadline = time.monotonic() + REAP_WAIT_S
+        for round_ in itertools.count():
+            left = False
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)  # succeeds while a zombie of it is unreaped
+                left = True
             except OSError:
                 pass
-            kill_marked(token)
+            escaped = marked(token) if token else []
+            for pid in escaped:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if round_ >= 1 and (not (left or escaped) or time.monotonic() > deadline):
+                break
+            time.sleep(REAP_POLL_S)
     if report:
         send({"id": rid, "killed": 1})
 

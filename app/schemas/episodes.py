@@ -14,10 +14,10 @@ from pydantic import Field
 
 from app.schemas.tasks import (
     MAX_INPUT_FILES,
-    MAX_TEXT_CHARS,
     InputFile,
     JsonObject,
     Limits,
+    Prompt,
     PromptConfigName,
     PromptPair,
     SandboxRequest,
@@ -31,7 +31,7 @@ from app.schemas.tasks import (
 class EpisodeCreate(_Strict):
     """An environment to drive step by step: only `prompt` is required."""
 
-    prompt: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    prompt: Prompt
     """The problem (the instance template's `{problem_statement}`)."""
     limits: Limits = Field(default_factory=Limits)
     """`max_steps` (the Steps Remaining count), `timeout_s` (the episode's wall clock,

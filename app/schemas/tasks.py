@@ -64,6 +64,17 @@ def check_text(value: str, where: str = "text") -> str:
     return value
 
 
+def not_blank(value: str) -> str:
+    """A prompt of only whitespace asks the model nothing: refuse it as the page does."""
+    if not value.strip():
+        raise ValueError("must hold some text, not only whitespace")
+    return value
+
+
+Prompt = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS), AfterValidator(not_blank)]
+"""A task's or an episode's prompt: not empty, not only whitespace, within the size cap."""
+
+
 def storable(value: Any) -> Any:
     """`value` with every NUL in its strings replaced by U+FFFD, which Postgres can store.
 
@@ -284,7 +295,7 @@ class TaskCreate(_Strict):
         json_schema_extra={"examples": [example["value"] for example in TASK_EXAMPLES.values()]}
     )
 
-    prompt: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    prompt: Prompt
     """The problem for the agent (the instance template's `{problem_statement}`)."""
     llm: LLMOptions = Field(default_factory=LLMOptions)
     """Which model, and how it is called."""

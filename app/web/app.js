@@ -120,7 +120,7 @@
       } catch (ignored) {
         // not JSON: keep the status line
       }
-      if (response.status === 401) keyPanel.open("This server wants an API key.");
+      if (response.status === 401) keyPanel.refused();
       throw new ApiError(response.status, message, details);
     }
     return response;
@@ -149,6 +149,7 @@
   // ------------------------------------------------------------------ API key panel
 
   const keyPanel = {
+    rejected: false, // the server answered 401 to the key it holds
     init() {
       $("#key-toggle").addEventListener("click", () => (this.isOpen() ? this.close() : this.open()));
       $("#key-panel").addEventListener("submit", (event) => {
@@ -173,8 +174,15 @@
       show($("#key-panel"), false);
       $("#key-toggle").setAttribute("aria-expanded", "false");
     },
+    /** A 401: a key the server does not take is not "✓"; without one, ask for one. */
+    refused() {
+      this.rejected = Boolean(auth.key);
+      this.label();
+      this.open(auth.key ? "The server refused this API key (401): enter another." : "This server wants an API key.");
+    },
     save(key) {
       auth.key = key;
+      this.rejected = false;
       if (key) localStorage.setItem(KEY_STORAGE, key);
       else localStorage.removeItem(KEY_STORAGE);
       this.label();
@@ -186,7 +194,7 @@
       if (window.Sandhive.experiments) window.Sandhive.experiments.refresh();
     },
     label() {
-      $("#key-toggle").textContent = auth.key ? "API key ✓" : "API key";
+      $("#key-toggle").textContent = !auth.key ? "API key" : this.rejected ? "API key ✗ refused" : "API key ✓";
     },
     placeholder(required) {
       $("#key-input").placeholder = required
@@ -245,6 +253,20 @@
       if (window.Sandhive.taskList) window.Sandhive.taskList.refresh();
     },
   };
+
+  // ------------------------------------------------------------------ observations as the package's console shows them
+
+  /**
+   * The package prints its observation markers through rich, where `\[` is the escape of a
+   * literal `[`: the stored text keeps `Execution output of \[execute_bash]:` byte for byte,
+   * the page shows `[execute_bash]` as the package's console does. Only the markers the
+   * package writes change; a command's own output is shown as it was.
+   */
+  function consoleText(text) {
+    return String(text)
+      .replace(/^((?:Exit code: -?\d+\n)?Execution output of )\\\[([A-Za-z_]+)\]:/, "$1[$2]:")
+      .replace(/^\\\[(STDOUT|STDERR)\]$/gm, "[$1]");
+  }
 
   // ------------------------------------------------------------------ errors as the API words them
 
@@ -552,7 +574,7 @@
       const cut = step.interrupted ? el("span", { class: "interrupted", text: `interrupted: ${step.interrupted}` }) : null;
       const title = step.interrupted ? "Output so far" : "Observation";
       const head = el("div", { class: "obs-head" }, el("span", { text: title }), exitBadge(step.exit_code), cut);
-      this.observation.replaceChildren(head, el("pre", { class: "code output", text: step.observation || "" }));
+      this.observation.replaceChildren(head, el("pre", { class: "code output", text: consoleText(step.observation || "") }));
       show(this.observation, true);
       this.node.dataset.ended = step.interrupted || "";
       const parts = [`model ${formatMs(step.llm_ms)}`];

@@ -210,6 +210,13 @@
         return page;
       } catch (error) {
         this.error = error;
+        if (error.status === 401) {
+          // Refused: what the previous key listed is not this visitor's to see.
+          this.items = [];
+          this.cursor = null;
+          this.selected = [];
+          this.draw(true);
+        }
         this.note();
         return null;
       }

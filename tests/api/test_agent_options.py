@@ -106,7 +106,9 @@ async def test_a_profile_names_its_kind_and_allows_only_its_models(
     error = assert_error(
         await submit(api, llm={"profile": "claude", "model": "gpt-4o"}), 422, "invalid_input"
     )
-    assert "model 'gpt-4o' is not allowed by llm profile 'claude'" in error["message"]
+    said = "model 'gpt-4o' is not allowed by llm profile 'claude'"
+    said += "; allowed: claude-haiku, claude-sonnet"
+    assert said in error["message"]
     assert error["details"][0]["allowed"] == ["claude-haiku", "claude-sonnet"]
     # The default profile lists no models: any model is allowed.
     assert (await submit(api, llm={"model": "anything"})).status_code == 202

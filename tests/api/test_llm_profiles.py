@@ -110,6 +110,36 @@ async def test_an_unknown_profile_with_none_configured_says_what_to_set(
     assert "SANDHIVE_SCRIPTED_PROFILE=true" in error["message"]
 
 
+async def test_on_a_scripted_only_server_a_task_naming_no_profile_runs_scripted(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    # What `make run` configures before a real model is: the scripted profile alone.
+    settings = make_settings(scripted_profile=True, llm_base_url="", llm_model="")
+    async with serve(create_app(settings)) as client:
+        plain = await client.post("/v1/tasks", json={"prompt": "x"})
+        named = await client.post("/v1/tasks", json={"prompt": "x", "llm": {"profile": "default"}})
+        other = await client.post("/v1/tasks", json={"prompt": "x", "llm": {"model": "tour"}})
+    assert plain.status_code == 202, plain.text
+    assert plain.json()["llm"]["profile"] == "scripted"
+    assert plain.json()["llm"]["model"] == "demo"
+    assert other.json()["llm"] == {**other.json()["llm"], "profile": "scripted", "model": "tour"}
+    # A task that names a profile gets that one or a 422, never another.
+    assert (
+        "unknown llm profile 'default'; available: scripted"
+        in assert_error(named, 422, "invalid_input")["message"]
+    )
+    # With any other profile configured, naming none still means `default`.
+    toml = tmp_path / "profiles.toml"
+    toml.write_text('[profiles.claude]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "c"\n')
+    with_file = make_settings(scripted_profile=True, llm_base_url="", llm_profiles_file=toml)
+    async with serve(create_app(with_file)) as client:
+        refused = await client.post("/v1/tasks", json={"prompt": "x"})
+    assert (
+        "unknown llm profile 'default'; available: claude, scripted"
+        in assert_error(refused, 422, "invalid_input")["message"]
+    )
+
+
 async def test_the_validation_message_names_the_first_problem(client: httpx.AsyncClient) -> None:
     body = {"prompt": "x", "limits": {"max_steps": 0, "timeout_s": 0}}
     error = assert_error(await client.post("/v1/tasks", json=body), 422, "invalid_input")

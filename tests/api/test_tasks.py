@@ -110,6 +110,7 @@ MANY_FILES = [{"path": f"f{i}", "content_base64": ""} for i in range(101)]
 REFUSED: list[tuple[str, Any, int]] = [
     ("missing prompt", {}, 422),
     ("empty prompt", {"prompt": ""}, 422),
+    ("whitespace-only prompt", {"prompt": " \n\t "}, 422),
     ("prompt not a string", {"prompt": 5}, 422),
     ("unknown field", {"prompt": "p", "bogus": 1}, 422),
     ("unknown nested field", {"prompt": "p", "limits": {"steps": 3}}, 422),
@@ -139,6 +140,34 @@ async def test_refused_submissions_store_nothing(
     assert all({"loc", "msg", "type"} <= set(d) for d in error["details"])
     assert await count_tasks(sessions) == 0
     assert await redis.xlen(keys.TASK_STREAM) == 0
+
+
+async def test_a_blank_prompt_is_named_in_the_refusal(client: httpx.AsyncClient) -> None:
+    error = assert_error(
+        await client.post("/v1/tasks", json={"prompt": "  \n"}), 422, "invalid_input"
+    )
+    assert [(d["loc"], d["msg"]) for d in error["details"]] == [
+        (["body", "prompt"], "Value error, must hold some text, not only whitespace")
+    ]
+
+
+async def test_a_body_that_is_not_json_is_located_or_told_to_be_json(
+    client: httpx.AsyncClient, sessions: Sessions
+) -> None:
+    broken = b'{"prompt": "p",\n  "limits": }'
+    headers = {"content-type": "application/json"}
+    error = assert_error(
+        await client.post("/v1/tasks", content=broken, headers=headers), 422, "invalid_input"
+    )
+    said = "the body is not valid JSON: Expecting value at line 2 column 13"
+    assert error["message"] == said
+    assert error["details"] == [{"loc": ["body", 28], "msg": said, "type": "json_invalid"}]
+    form = await client.post("/v1/tasks", data={"prompt": "p"})
+    assert assert_error(form, 422, "invalid_input")["message"] == (
+        "the body must be JSON, sent with Content-Type: application/json; this one came as "
+        "application/x-www-form-urlencoded"
+    )
+    assert await count_tasks(sessions) == 0
 
 
 async def test_every_violated_maximum_is_listed(client: httpx.AsyncClient) -> None:

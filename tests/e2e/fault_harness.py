@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ import redis
 
 from app.config import Settings
 from tests.support.processes import free_port, settings_env
+from tests.support.zygote import AppProcess
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -39,8 +39,8 @@ class Cluster:
     settings: Settings
     log_dir: Path
     port: int = field(default_factory=free_port)
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    api: subprocess.Popen[bytes] | None = None
+    procs: list[AppProcess] = field(default_factory=list)
+    api: AppProcess | None = None
 
     @property
     def base_url(self) -> str:
@@ -50,7 +50,7 @@ class Cluster:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
-    def start_api(self) -> subprocess.Popen[bytes]:
+    def start_api(self) -> AppProcess:
         proc = self._spawn(["serve", "--port", str(self.port)], "api", self.settings)
         self.api = proc
         deadline = time.monotonic() + 30
@@ -65,17 +65,14 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError(f"API not up after 30 s:\n{self.logs()}")
 
-    def start_worker(self, name: str, **overrides: Any) -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str, **overrides: Any) -> AppProcess:
         settings = self.settings.model_copy(update={"worker_name": name, **overrides})
         return self._spawn(["worker"], name, settings)
 
-    def _spawn(self, args: list[str], name: str, settings: Settings) -> subprocess.Popen[bytes]:
+    def _spawn(self, args: list[str], name: str, settings: Settings) -> AppProcess:
         with (self.log_dir / f"{name}.log").open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "app", *args],
-                env=settings_env(settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
+            proc = AppProcess(
+                args, env=settings_env(settings), stdout=out, stderr=subprocess.STDOUT
             )
         self.procs.append(proc)
         return proc

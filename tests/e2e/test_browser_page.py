@@ -312,6 +312,9 @@ def test_the_page_runs_a_task_live_and_survives_an_api_restart(
             expect(first.locator("details.thought .text")).to_contain_text("I will plot")
             expect(first.locator("pre.output")).to_contain_text(DROPPED[1].strip())
             expect(first.locator("pre.output")).to_contain_text(PICKED[1].strip())
+            # The package's markers shown as its console shows them (the stored text keeps `\[`).
+            shown = first.locator("pre.output").inner_text()
+            assert shown.startswith("Exit code: 0\nExecution output of [execute_bash]:\n[STDOUT]\n")
             expect(first.locator(".obs-head .exit")).to_have_text("exit 0")
             expect(first.locator(".step-meta")).to_have_text(STEP_META)
 
@@ -517,5 +520,16 @@ def test_the_page_asks_for_a_key_and_streams_with_it(
             expect(page.locator("#t-status")).to_have_text("succeeded", timeout=WAIT_MS)
             expect(page.locator("li.step[data-state='done']")).to_have_count(1)
             assert page.evaluate("localStorage.getItem('sandhive.apiKey')") == ADMIN_KEY
+            expect(page.locator("#task-list > *")).to_have_count(1, timeout=WAIT_MS)
+            # A key the server refuses: no "✓", and nothing the previous key listed stays.
+            page.click("#key-toggle")
+            page.fill("#key-input", "sk-not-a-key-of-this-server")
+            page.click("#key-panel button[type=submit]")
+            expect(page.locator("#key-toggle")).to_have_text("API key ✗ refused", timeout=WAIT_MS)
+            expect(page.locator("#key-note")).to_have_text(
+                "The server refused this API key (401): enter another."
+            )
+            expect(page.locator("#task-list > *")).to_have_count(0)
+            expect(page.locator("#task-list-note")).to_contain_text("Could not load tasks")
         finally:
             browser.close()

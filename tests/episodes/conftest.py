@@ -20,6 +20,7 @@ from app.scripted import ScriptedLLMServer
 from tests.api.conftest import serve
 from tests.support.experiments import ADMIN_KEY, as_tenant
 from tests.support.processes import ready_worker
+from tests.support.zygote import AppProcess
 
 ALICE = as_tenant("alice")
 BOB = as_tenant("bob")
@@ -56,7 +57,7 @@ def episode_settings(make_episode_settings: Callable[..., Settings]) -> Settings
 
 
 @pytest.fixture
-def worker(episode_settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker(episode_settings: Settings, tmp_path: Path) -> Iterator[AppProcess]:
     with ready_worker(episode_settings, tmp_path / "worker.log") as process:
         yield process
 

@@ -34,6 +34,7 @@ from tests.episodes.conftest import (
     write_answer,
 )
 from tests.support.experiments import scripted
+from tests.support.zygote import AppProcess
 
 PROMPT = "What is 6 x 7?"
 SCORER = """
@@ -75,7 +76,7 @@ async def stored_reward(sessions: Sessions, episode_id: str) -> dict[str, Any] |
 
 
 async def test_a_python_scorer_rewards_the_submitted_answer_from_its_own_sandbox(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     (right, ended), (wrong, _) = await asyncio.gather(
         submitted(api, "42", **python_scorer(SCORER)),
@@ -123,7 +124,7 @@ def compute_score(agent_answer, ground_truth, **row):
 
 
 async def test_an_answer_forging_a_result_line_gets_no_reward_from_it(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     """Issue #28: a reward a policy could learn to plant. The scorer prints the answer and
     dies: the reward is a scorer error, never the answer's 1.0."""
@@ -135,7 +136,7 @@ async def test_an_answer_forging_a_result_line_gets_no_reward_from_it(
 
 
 async def test_an_episode_that_never_submitted_scores_0_without_running_its_scorer(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     opened = await open_episode(
         api, prompt=PROMPT, limits={"max_steps": 1}, ground_truth="42", **python_scorer(HOSTILE)
@@ -151,7 +152,7 @@ async def test_an_episode_that_never_submitted_scores_0_without_running_its_scor
 
 
 async def test_a_hostile_python_scorer_is_an_error_not_a_zero_and_blocks_no_other_episode(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     raising, _ = await submitted(api, "no", **python_scorer(HOSTILE))
     refused = assert_error(await reward(api, raising), 409, "conflict")
@@ -195,7 +196,7 @@ async def test_a_hostile_python_scorer_is_an_error_not_a_zero_and_blocks_no_othe
 
 
 async def test_an_llm_judge_rewards_the_answer_once_and_a_garbage_verdict_is_an_error(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+    worker: AppProcess, api: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
 ) -> None:
     judge = scripted(scripted_llm, "episode-judge", "It matches the official answer.\nCORRECT")
     scorer = {"kind": "llm_judge", "profile": "default", "model": judge, "repeats": 2}
@@ -230,7 +231,7 @@ async def test_an_llm_judge_rewards_the_answer_once_and_a_garbage_verdict_is_an_
 
 
 async def test_a_worker_killed_while_it_scores_makes_the_reward_an_infrastructure_error(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     opened = await open_episode(api, prompt=PROMPT, **python_scorer(HOSTILE, timeout_s=60))
     assert (await step(api, opened["id"], write_answer("loop"))).status_code == 200
@@ -260,7 +261,7 @@ async def test_a_worker_killed_while_it_scores_makes_the_reward_an_infrastructur
 
 
 async def killed_while_scoring(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], episode_id: str, holder: str
+    api: httpx.AsyncClient, worker: AppProcess, episode_id: str, holder: str
 ) -> httpx.Response:
     """The answer of the episode's final step, its worker (`holder`) SIGKILLed once the
     scorer's container runs (a looping scorer: the kill comes while it scores)."""

@@ -6,7 +6,6 @@ Retry-After has passed the same episode goes on. One sandbox, on a real worker."
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable
 
 import httpx
@@ -26,6 +25,7 @@ from tests.episodes.conftest import (
     step,
     write_answer,
 )
+from tests.support.zygote import AppProcess
 
 RATE_PER_S = 0.5  # one request back every 2 s: nothing refills while the test drains
 BURST = 3
@@ -62,7 +62,7 @@ async def stored_episodes(sessions: Sessions) -> list[str]:
 
 
 async def test_a_tenant_over_its_rate_gets_429_on_the_episode_routes_and_nothing_runs(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
     opened = await open_episode(
         api, prompt="What is 6 x 7?", scorer={"kind": "exact"}, ground_truth="42"

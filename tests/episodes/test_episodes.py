@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,12 +30,13 @@ from tests.episodes.conftest import (
     write_answer,
 )
 from tests.support.processes import ready_worker
+from tests.support.zygote import AppProcess
 
 SCORED = {"scorer": {"kind": "exact"}, "ground_truth": "42"}
 
 
 async def test_submitted_answer_is_rewarded_and_the_sandbox_removed(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     opened = await open_episode(api, prompt="What is 6 x 7?", limits={"max_steps": 10}, **SCORED)
     episode_id = opened["id"]
@@ -62,7 +62,7 @@ async def test_submitted_answer_is_rewarded_and_the_sandbox_removed(
 
 
 async def test_wrong_answer_scores_0_and_never_submitting_scores_0_with_the_reason(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     wrong, unsubmitted = await asyncio.gather(
         open_episode(api, prompt="6 x 7?", **SCORED),
@@ -88,7 +88,7 @@ async def test_wrong_answer_scores_0_and_never_submitting_scores_0_with_the_reas
 
 
 async def test_another_tenant_gets_404_on_every_route(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     opened = await open_episode(api, prompt="mine", **SCORED)
     path = f"/v1/episodes/{opened['id']}"
@@ -126,6 +126,8 @@ async def test_bad_requests_are_refused_with_nothing_written(
         assert where in assert_error(refused, 422, "invalid_input")["message"], refused.text
     unknown = {"prompt": "x", "scorer": {"kind": "nope"}}
     assert_error(await api.post("/v1/episodes", json=unknown, headers=ALICE), 422, "invalid_input")
+    blank = await api.post("/v1/episodes", json={"prompt": " \n "}, headers=ALICE)
+    assert "not only whitespace" in assert_error(blank, 422, "invalid_input")["message"]
     assert_error(await api.post("/v1/episodes", json={"prompt": "x"}), 401, "unauthorized")
     assert_error(await api.get("/v1/episodes/epi_nope", headers=ALICE), 404, "not_found")
     async with sessions() as session:
@@ -180,7 +182,7 @@ async def test_an_abandoned_episode_is_closed_and_its_sandbox_removed(
 
 async def test_a_killed_worker_ends_its_episode_with_an_infrastructure_error(
     episode_settings: Settings,
-    worker: subprocess.Popen[bytes],
+    worker: AppProcess,
     api: httpx.AsyncClient,
     tmp_path: Path,
 ) -> None:

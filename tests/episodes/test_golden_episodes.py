@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import subprocess
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from app.schemas.tasks import TaskCreate
 from app.worker.episodes.live import _Sink
 from tests.agent.test_golden import expected_observation, load_golden
 from tests.episodes.conftest import ALICE, tool_turn
+from tests.support.zygote import AppProcess
 
 SPEC: dict[str, Any] = {"tools": {"profile": "reference"}, "limits": {"max_steps": 100}}
 
@@ -87,7 +87,7 @@ async def drive(
 
 
 async def test_three_parallel_episodes_match_the_golden_file_and_the_loop(
-    episode_settings: Settings, worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    episode_settings: Settings, worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     problem, steps, turns = golden_turns()
     api.headers.update(ALICE)

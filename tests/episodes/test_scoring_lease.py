@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from tests.episodes.test_deferred_rewards import (
     stored_reward,
 )
 from tests.support.processes import ready_worker
+from tests.support.zygote import AppProcess
 
 STEP_TIMEOUT_S = 5.0
 WORKER = "w-scoring"
@@ -187,7 +187,7 @@ async def test_a_worker_restarted_under_its_name_while_it_scores_leaves_no_rewar
 
 
 async def test_only_a_step_being_scored_waits_past_the_step_timeout(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient
+    worker: AppProcess, api: httpx.AsyncClient
 ) -> None:
     # The final step: its scorer takes longer than the step timeout; the lease says it runs.
     slow = await open_episode(api, prompt=PROMPT, **python_scorer(SLOW))
@@ -204,7 +204,7 @@ async def test_only_a_step_being_scored_waits_past_the_step_timeout(
 
 
 async def test_an_answer_that_cannot_be_sent_stops_no_other_episode(
-    worker: subprocess.Popen[bytes], api: httpx.AsyncClient, redis: Redis, sessions: Sessions
+    worker: AppProcess, api: httpx.AsyncClient, redis: Redis, sessions: Sessions
 ) -> None:
     opened = await open_episode(api, prompt=PROMPT)
     # Reply keys of the wrong type: the worker's RPUSH of its answer fails (WRONGTYPE).

@@ -4,7 +4,6 @@ ended by its loop, is still refused with 409 by the process that remembered it o
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -14,13 +13,14 @@ from app.services.episodes.holders import HOLDERS
 from tests.api.conftest import assert_error
 from tests.e2e.fault_harness import cluster
 from tests.episodes.conftest import ALICE, BOB, open_episode, step, tool_turn
+from tests.support.zygote import AppProcess
 
 TRUE = tool_turn("c1", "execute_bash", {"command": "true"})
 
 
 async def test_a_remembered_episode_is_still_the_tenants_own_and_ends_for_every_process(
     episode_settings: Settings,
-    worker: subprocess.Popen[bytes],
+    worker: AppProcess,
     api: httpx.AsyncClient,
     tmp_path: Path,
 ) -> None:

@@ -22,6 +22,7 @@ from app.scripted.script import Script, Turn
 from tests.api.conftest import serve
 from tests.support.experiments import ADMIN_KEY, as_tenant
 from tests.support.processes import ready_worker
+from tests.support.zygote import AppProcess
 
 ALICE = as_tenant("alice")
 BOB = as_tenant("bob")
@@ -61,7 +62,7 @@ def files_settings(
 
 
 @pytest.fixture
-def worker(files_settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker(files_settings: Settings, tmp_path: Path) -> Iterator[AppProcess]:
     """The worker; afterwards (killed) its sandboxes are removed, not left to the reaper."""
     try:
         with ready_worker(files_settings, tmp_path / "worker.log") as process:

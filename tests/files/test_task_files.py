@@ -5,7 +5,6 @@ agent planted, tenant isolation, a finished task, a dead worker."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
 
 import httpx
 
@@ -13,10 +12,11 @@ from app.db.engine import Sessions
 from tests.api.conftest import assert_error
 from tests.files.conftest import ALICE, BOB, running_with_files, submit, wait_for
 from tests.support.rows import insert_task
+from tests.support.zygote import AppProcess
 
 
 async def test_list_read_and_write_while_the_task_runs(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -69,7 +69,7 @@ async def test_list_read_and_write_while_the_task_runs(
 
 
 async def test_paths_that_leave_the_writable_area_are_refused(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -97,7 +97,7 @@ async def test_paths_that_leave_the_writable_area_are_refused(
 
 
 async def test_other_tenants_get_404_and_ended_tasks_409(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -125,7 +125,7 @@ async def test_other_tenants_get_404_and_ended_tasks_409(
 
 
 async def test_a_dead_worker_is_a_503(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -138,7 +138,7 @@ async def test_a_dead_worker_is_a_503(
 
 
 async def test_a_worker_that_does_not_answer_in_time_is_a_504(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], freezer: str
+    api: httpx.AsyncClient, worker: AppProcess, freezer: str
 ) -> None:
     task_id = await submit(api, freezer)
     seen: list[int] = []

@@ -6,7 +6,6 @@ planted `usercustomize`, and the bounded header of what the sandbox prints."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from app.services.admin import service as admin
 from app.services.tasks import files as task_files
 from tests.api.conftest import assert_error
 from tests.files.conftest import ALICE, SETUP, running_with_files, submit, wait_for
+from tests.support.zygote import AppProcess
 
 CATALOGUE = """
 [images.extra]
@@ -61,7 +61,7 @@ def test_the_worker_is_the_first_field_of_any_holder() -> None:
 
 
 async def test_a_task_on_a_catalogue_image_has_its_files(
-    api: httpx.AsyncClient, redis: Redis, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, redis: Redis, worker: AppProcess, sleeper: str
 ) -> None:
     body = {
         "prompt": "keep running",
@@ -83,7 +83,7 @@ async def test_a_task_on_a_catalogue_image_has_its_files(
 async def test_files_stay_reachable_while_the_worker_drains(
     api: httpx.AsyncClient,
     redis: Redis,
-    worker: subprocess.Popen[bytes],
+    worker: AppProcess,
     sleeper: str,
     tmp_path: Path,
 ) -> None:
@@ -104,7 +104,7 @@ async def test_files_stay_reachable_while_the_worker_drains(
 async def test_a_request_that_is_not_json_is_dropped_and_the_service_goes_on(
     api: httpx.AsyncClient,
     redis: Redis,
-    worker: subprocess.Popen[bytes],
+    worker: AppProcess,
     sleeper: str,
     tmp_path: Path,
 ) -> None:
@@ -125,7 +125,7 @@ async def _empty(redis: Redis, key: str) -> bool:
 
 
 async def test_a_dead_worker_leaves_no_request_and_no_reply_behind(
-    api: httpx.AsyncClient, redis: Redis, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, redis: Redis, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -162,7 +162,7 @@ def filler(scripted_llm: ScriptedLLMServer) -> str:
 
 
 async def test_a_write_to_a_full_disk_is_507_and_writes_nothing(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], filler: str
+    api: httpx.AsyncClient, worker: AppProcess, filler: str
 ) -> None:
     task_id = await submit(api, filler)
     await running_with_files(api, task_id)
@@ -178,7 +178,7 @@ async def test_a_write_to_a_full_disk_is_507_and_writes_nothing(
 
 
 async def test_a_planted_usercustomize_does_not_run_in_file_requests(
-    api: httpx.AsyncClient, worker: subprocess.Popen[bytes], sleeper: str
+    api: httpx.AsyncClient, worker: AppProcess, sleeper: str
 ) -> None:
     task_id = await submit(api, sleeper)
     await running_with_files(api, task_id)
@@ -219,7 +219,7 @@ async def test_a_reader_that_goes_away_part_way_leaves_no_reply_behind(
     redis: Redis,
     sessions: Sessions,
     files_settings: Settings,
-    worker: subprocess.Popen[bytes],
+    worker: AppProcess,
     sleeper: str,
 ) -> None:
     """What the API does when its client hangs up mid-read: the chunk generator is closed."""

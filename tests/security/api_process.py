@@ -7,7 +7,6 @@ tasks stay queued. Ready means /healthz answers 200.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import httpx
 
 from app.config import Settings
 from tests.support.processes import free_port, settings_env
+from tests.support.zygote import AppProcess
 
 
 @contextmanager
@@ -25,8 +25,8 @@ def running_api(settings: Settings, log: Path) -> Iterator[str]:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        proc = AppProcess(
+            ["serve", "--port", str(port)],
             env=settings_env(settings),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -39,7 +39,7 @@ def running_api(settings: Settings, log: Path) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
-def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_ready(base_url: str, proc: AppProcess, log: Path) -> None:
     """Poll /healthz until it answers; fail with the log if the server dies or never does."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

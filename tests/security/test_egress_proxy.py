@@ -68,6 +68,18 @@ for target, port in [(gateway, 5432), (gateway, 6379), (gateway, 22), (sys.argv[
         print("direct", target, port, "open")
     except OSError as exc:
         print("direct", target, port, type(exc).__name__)
+# The sandbox has a default route through the bridge's gateway (the host): only the host's
+# rules stand between it and a host port that listens on every address.
+print("gateway", gateway)
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        print("route-default", socket.inet_ntoa(bytes.fromhex(fields[2])[::-1]))
+try:
+    socket.create_connection((gateway, int(sys.argv[2])), timeout=3).close()
+    print("host-listener", "open")
+except OSError as exc:
+    print("host-listener", type(exc).__name__)
 try:
     print("resolver", socket.getaddrinfo("good.test", 80))
 except OSError as exc:
@@ -151,7 +163,7 @@ def task_networks() -> list[str]:
 
 
 async def probe(
-    policy: ProxyPolicy, upstream: Upstream
+    policy: ProxyPolicy, upstream: Upstream, host_port: int
 ) -> tuple[dict[str, str], list[tuple[str, ...]]]:
     blocked: list[tuple[str, ...]] = []
     seen: dict[str, str] = {}
@@ -179,17 +191,37 @@ async def probe(
             }.items():
                 seen[name] = await sh(box, curl(url))
             await box.put_files("/testbed", [("sni.py", SNI_PROBE.encode())])
-            seen["raw"] = await sh(box, f"python3 /testbed/sni.py {upstream.address}")
+            seen["raw"] = await sh(box, f"python3 /testbed/sni.py {upstream.address} {host_port}")
             seen["networks-while-running"] = " ".join(task_networks())
         finally:
             await box.remove()
     return seen, blocked
 
 
+def host_drops() -> int:
+    """Packets the host's INPUT rule for the per-task bridges (SHV-IN-proxied) has dropped;
+    0 before the first proxied sandbox installs the chain."""
+    listed = subprocess.run(
+        ["iptables", "-w", "-L", "SHV-IN-proxied", "-v", "-x", "-n"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        return 0
+    listing = listed.stdout
+    rows = [line.split() for line in listing.splitlines()[2:]]
+    return sum(int(row[0]) for row in rows if row[2] == "DROP" and row[5].startswith("shvp"))
+
+
 def test_allowed_names_work_and_every_other_way_out_is_refused(
     proxy: ProxyPolicy, upstream: Upstream
 ) -> None:
-    seen, blocked = asyncio.run(probe(proxy, upstream))
+    # A host port listening on every address, the gateway's included.
+    with socket.create_server(("0.0.0.0", 0)) as listener:
+        dropped_before = host_drops()
+        seen, blocked = asyncio.run(probe(proxy, upstream, listener.getsockname()[1]))
+        dropped = host_drops() - dropped_before
     assert "http://10.214." in seen["env"]
     assert "/etc/sandhive/ca-bundle.crt" in seen["env"]
     assert seen["http"] == "hello good.test /hi", seen
@@ -210,6 +242,10 @@ def test_allowed_names_work_and_every_other_way_out_is_refused(
     assert len(direct) == 4, direct
     assert not any(line.endswith("open") for line in direct), direct
     assert raw["resolver"].startswith("none"), raw
+    # The route to the host is there; the host's INPUT rule for the task bridges dropped it.
+    assert raw["route-default"] == raw["gateway"], raw
+    assert raw["host-listener"] == "TimeoutError", raw
+    assert dropped > 0, "the sandbox's packets to the host were not dropped by SHV-IN-proxied"
     assert raw["ipv6-off"] == "1", raw  # no fe80:: path to the host or the proxy
     assert raw["ipv6-addresses"] == "0", raw
     direct6 = [line for line in seen["raw"].splitlines() if line.startswith("direct6")]

@@ -155,6 +155,8 @@ class HostWatch:
     pids_over: list[str] = field(default_factory=list)
     memory_peak: dict[str, int] = field(default_factory=dict)
     memory_limit: dict[str, int] = field(default_factory=dict)
+    memory_failcnt: dict[str, int] = field(default_factory=dict)
+    """How often each sandbox's memory cgroup refused a charge at its limit."""
     throttled: dict[str, int] = field(default_factory=dict)
     cpu_quota: dict[str, float] = field(default_factory=dict)
     """Each sandbox's CPU quota in its cgroup, in CPUs (cfs_quota_us / cfs_period_us)."""
@@ -246,6 +248,9 @@ class HostWatch:
         if peak is not None and mem_limit is not None:
             self.memory_peak[cid] = max(self.memory_peak.get(cid, 0), peak)
             self.memory_limit[cid] = mem_limit
+        failcnt = read_int(memory / "memory.failcnt")
+        if failcnt is not None:
+            self.memory_failcnt[cid] = max(self.memory_failcnt.get(cid, 0), failcnt)
         cpu = CGROUP / "cpu/docker" / cid
         try:
             stats = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
@@ -456,7 +461,14 @@ def test_resource_attacks_stay_inside_their_sandbox(
         "alive",
     ), (task["error"], seen, logs[-5000:])
     memory, disk, scratch, flood, binary, cpu, runaway, daemon, zombies, bomb_out, alive = seen[:11]
-    assert "137" in memory or "Killed" in memory
+    # The bomb is OOM-killed (137) once the kernel gives up reclaiming. On a loaded host that
+    # reclaim (of the sandbox's own file pages) can outlast the 5 s command timeout: then the
+    # command times out instead, and the cgroup must show it was held at its limit.
+    assert (
+        "137" in memory
+        or "Killed" in memory
+        or ("took too long" in memory and max(watch.memory_failcnt.values()) > 0)
+    ), (memory, watch.memory_failcnt)
     assert "No space left on device" in disk
     assert "No space left on device" in scratch
     assert scratch.count("Read-only file system") == 2
@@ -701,7 +713,9 @@ def test_privilege_control_plane_network_and_secret_probes_all_fail(
     scripted_llm.add_script("attack-canary-2", canary_script())
     with httpx.Client(base_url=service.base_url, timeout=30) as client:
         before = exposure_listeners(set())  # on port 8000 off loopback: someone else's
-        probed = submit(client, "attack-probes")
+        # The probes attack nothing that needs the 5 s cap; `find /` over the image may take
+        # longer on a loaded host, so they get more time.
+        probed = submit(client, "attack-probes", limits={**LIMITS, "command_timeout_s": 30})
         canary = submit(client, "attack-canary-2")
         watch.tasks += [probed, canary]
         # N-20, while the sandbox listens (the next step sleeps 4 s): no listener of Docker's

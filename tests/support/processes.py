@@ -1,20 +1,26 @@
-"""Run `sandhive serve` and `sandhive worker` as real subprocesses for end-to-end tests."""
+"""Run `sandhive serve` and `sandhive worker` as real subprocesses for end-to-end tests.
+
+They are children of the zygote (tests/support/zygote.py): the real command, without
+paying for its imports each time.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 from app.config import Settings
+from tests.support.zygote import AppProcess
 
 
 def free_port() -> int:
@@ -40,37 +46,45 @@ def settings_env(settings: Settings) -> dict[str, str]:
 def run_app(
     *args: str | Path, env: Mapping[str, str], cwd: Path, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m app ARGS` (the `sandhive` command) run to its end, its output as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "app", *map(str, args)],
-        env=dict(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """`python -m app ARGS` (the `sandhive` command) run to its end, its output as text.
+
+    Like `subprocess.run(..., capture_output=True, text=True, timeout=timeout)`: past the
+    timeout the command is killed and `TimeoutExpired` raised.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = AppProcess([str(a) for a in args], env=env, cwd=cwd, stdout=out, stderr=err)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.wait(), _text(out), _text(err))
+
+
+def _text(output: IO[bytes]) -> str:
+    """What `text=True` makes of a captured stream: UTF-8, universal newlines."""
+    output.seek(0)
+    return output.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 @dataclass
 class Service:
     base_url: str
-    api: subprocess.Popen[bytes]
-    worker: subprocess.Popen[bytes]
+    api: AppProcess
+    worker: AppProcess
     log_dir: Path
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
 
 
-def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> AppProcess:
     with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app", *args], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        return AppProcess(args, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(base_url: str, proc: AppProcess, log: Path) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -84,7 +98,7 @@ def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None
     raise RuntimeError(f"API not ready after 30 s:\n{log.read_text(errors='replace')}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: AppProcess) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -112,9 +126,7 @@ def running_service(settings: Settings, log_dir: Path) -> Iterator[Service]:
 
 
 @contextmanager
-def ready_worker(
-    settings: Settings, log: Path, within_s: float = 60.0
-) -> Iterator[subprocess.Popen[bytes]]:
+def ready_worker(settings: Settings, log: Path, within_s: float = 60.0) -> Iterator[AppProcess]:
     """A `sandhive worker` process that has logged "ready"; killed afterwards if still running."""
     worker = _spawn(["worker"], settings_env(settings), log)
     try:

@@ -61,6 +61,13 @@ async def submit_task(
 ) -> tuple[TaskOut, bool]:
     """Store a queued task and enqueue it; (task, created), or the first task for a repeated key."""
     resolved = resolve_spec(body, settings, tenant=tenant)
+    if resolved.llm.profile != body.llm.profile:
+        log.info(
+            "a task of %s names no llm profile: it runs on %r, the only one configured "
+            "(set SANDHIVE_LLM_BASE_URL and SANDHIVE_LLM_MODEL for a real model)",
+            tenant,
+            resolved.llm.profile,
+        )
     spec = await with_webhook(sessions, settings, tenant, body, resolved)
     files = check_inputs(body, settings)
     submitted = idempotency.fingerprint(body, files) if idempotency_key is not None else None
