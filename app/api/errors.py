@@ -57,11 +57,11 @@ def _backend_error(retry_after_s: int) -> Callable[[Request, Exception], Awaitab
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     # Only where and what: echoing `input` could send a huge or secret value back.
-    details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+    errors = exc.errors()
+    details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
     message = validation_message(details)
-    first = exc.errors()[0] if details else {}
-    if first.get("type") == "json_invalid":
-        message = details[0]["msg"] = _json_problem(exc.body, first)
+    if details and errors[0]["type"] == "json_invalid":
+        message = details[0]["msg"] = _json_problem(exc.body, errors[0])
     elif details[:1] and details[0]["loc"] == ["body"] and not _sent_as_json(request):
         message = (
             "the body must be JSON, sent with Content-Type: application/json; this one came as "

@@ -328,13 +328,15 @@ def marked(token: str) -> list[int]:
     return found
 
 
-def kill_marked(token: str, spare: int = 0) -> None:
-    for pid in marked(token) if token else ():
-        if pid != spare:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+def kill_marked(token: str, spare: int = 0) -> list[int]:
+    """SIGKILL every process with the mark but `spare`: the pids it found."""
+    found = [pid for pid in (marked(token) if token else ()) if pid != spare]
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
 
 
 def kill(rid: int, report: bool = True) -> None:
@@ -357,12 +359,7 @@ def kill(rid: int, report: bool = True) -> None:
                 left = True
             except OSError:
                 pass
-            escaped = marked(token) if token else []
-            for pid in escaped:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            escaped = kill_marked(token)
             if round_ >= 1 and (not (left or escaped) or time.monotonic() > deadline):
                 break
             time.sleep(REAP_POLL_S)

@@ -45,6 +45,7 @@ PRELOAD = ("app.cli.main", "app.api.app", "app.api.server", "app.worker.pool", "
 """What `serve`, `worker` and the CLI's commands import after their start."""
 MAX_REQUEST = 1 << 20
 START_TIMEOUT_S = 60.0
+PARENT_CHECK_S = 5.0
 APP_MAIN = str(Path(__file__).resolve().parents[2] / "app" / "__main__.py")
 
 
@@ -62,8 +63,9 @@ def serve(path: str) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, its request's socket)
-    while True:
-        for key, _ in selector.select():
+    parent = os.getppid()
+    while os.getppid() == parent:  # a test process killed outright leaves no zygote behind
+        for key, _ in selector.select(timeout=PARENT_CHECK_S):
             if key.fileobj is listener:
                 conn, _ = listener.accept()
                 started = _start(conn, listener, selector, children)
