@@ -1,22 +1,28 @@
 """The order of `str_replace_editor view /testbed` in the `reference` profile, against the
-package's container on the same Docker host.
+paper's package itself on the same Docker host.
 
 The package's `/testbed` is a directory of its image; `setup_env` makes `input/`,
 `output/` and `.git` in it at run time, so every entry lives in the container's writable
 layer, on the Docker host's disk, and `find` lists them in that file system's order (on
-ext4: hash order, seeded per file system). Sandhive's workdir is a tmpfs volume, which lists
-newest first: another order. With `SandboxConfig.workdir_on_disk` (the setting
-`sandbox_reference_workdir_on_disk`) the workdir is a plain volume on the same disk, and
-the listing is the package's. The package's side is its container reduced to what decides
-the order: a directory made at run time in a container's writable layer.
+ext4: hash order, seeded per file system, so no recording can hold it). Sandhive's workdir
+is a tmpfs volume, which lists newest first: another order. With
+`SandboxConfig.workdir_on_disk` (the setting `sandbox_reference_workdir_on_disk`) the
+workdir is a plain volume on the same disk, and the listing is the package's. The
+package's side is its own `DockerRuntime` and `Agent._execute_action`
+(tests/agent/golden/package_listing.py, from `make reference-package`), run live beside
+Sandhive on an image whose `/testbed` is empty, as the package's Dockerfile makes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -29,49 +35,65 @@ from app.runner.episode import Runner
 from app.sandbox import DockerHost, DockerSandbox, SandboxConfig
 from app.sandbox.policy import container_config
 from app.schemas.tasks import TaskCreate
+from tests.agent.golden.package_listing import CALLS, VIEW
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_LIB = ROOT / ".package-lib"
+SCRIPT = ROOT / "tests" / "agent" / "golden" / "package_listing.py"
 EDITOR = "Execution output of \\[str_replace_editor]:\n"
 HEADER = "Here's the files and directories up to 2 levels deep in /testbed, excluding hidden:\n"
-FIND = (
-    "find /testbed -maxdepth 2 -not -path '*/.*' "
-    "\\( -type d -o -name '*.py' -o -name '*.rst' \\) | head -100"
-)
-CALLS: list[tuple[str, dict[str, object]]] = [
-    ("str_replace_editor", {"command": "create", "path": f"/testbed/{path}", "file_text": text})
-    for path, text in (("pkg/sub/mod.py", "x = 1"), ("big.py", "y = 2"), ("empty.py", ""))
-] + [("execute_bash", {"command": "mkdir -p data docs && touch README.rst a.py z.py notes.txt"})]
-"""What a model did before looking: the golden session's files and a few more."""
-PACKAGE_SETUP = (
-    "mkdir -p /testbed/input /testbed/output && cd /testbed && git init -q && "
-    "mkdir -p pkg/sub && echo 'x = 1' > pkg/sub/mod.py && echo 'y = 2' > big.py && "
-    "echo '' > empty.py && mkdir -p data docs && touch README.rst a.py z.py notes.txt"
-)
-"""The package's `setup_env`, then the same calls as its editor makes them (echo > path)."""
 
 
-async def package_listing(image: str) -> str:
-    """`find` in the package's kind of container: /testbed made at run time in its layer."""
-    script = f"rm -rf /testbed && mkdir /testbed && {PACKAGE_SETUP} && {FIND}"
-    argv = ["docker", "run", "--rm", "--network", "none"]
-    argv += ["--label", f"sandhive.test={uuid.uuid4().hex}", "--entrypoint", "bash"]
+PACKAGE_TESTBED = "FROM {image}\nRUN rm -rf /testbed && mkdir /testbed\n"
+"""The package's image as far as the listing goes: its Dockerfile makes an empty /testbed.
+Ours has input/ and output/ in it, and overlayfs lists entries of the image's layers before
+those made at run time: run on ours, the package would list them first."""
+
+
+async def package_image(image: str) -> str:
+    tag = "sandhive-test-package-testbed:latest"
+    argv = ["docker", "build", "-q", "-t", tag, "-"]
     process = await asyncio.create_subprocess_exec(
-        *argv, image, "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate()
+    _, err = await process.communicate(PACKAGE_TESTBED.format(image=image).encode())
     assert process.returncode == 0, err.decode()
-    return out.decode()
+    return tag
 
 
-async def reference_listing(box: DockerSandbox) -> str:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def package(docker_image: str) -> dict[str, Any]:
+    """What the package answered, in a container of its own on this host."""
+    if not (PACKAGE_LIB / "llm_in_sandbox").is_dir():
+        pytest.fail(
+            f"the paper's package is not in {PACKAGE_LIB}: run `make reference-package`",
+            pytrace=False,
+        )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_LIB)}
+    argv = [sys.executable, str(SCRIPT), await package_image(docker_image), uuid.uuid4().hex]
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()[-2000:]
+    [line] = [line for line in out.decode().splitlines() if line.startswith("{")]
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+async def reference_listing(box: DockerSandbox) -> dict[str, Any]:
+    """Sandhive's `reference` profile through the same calls, shaped as the package's answer."""
     ctx = ToolContext(box=box, profile="reference")
-    for tool, arguments in CALLS:
-        await run_tool(ToolCall("c", tool, arguments, json.dumps(arguments)), ctx)
-    view = {"command": "view", "path": "/testbed"}
-    return (
-        await run_tool(ToolCall("v", "str_replace_editor", view, json.dumps(view)), ctx)
-    ).observation
+    seen = []
+    for tool, arguments in [*CALLS, ("str_replace_editor", VIEW)]:
+        call = ToolCall("c", tool, arguments, json.dumps(arguments))
+        seen.append((await run_tool(call, ctx)).observation)
+    return {"calls": seen[:-1], "view": seen[-1]}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -87,20 +109,20 @@ async def sandbox(host: DockerHost, image: str, *, on_disk: bool) -> DockerSandb
 
 
 async def test_a_workdir_on_disk_lists_testbed_in_the_packages_order(
-    host: DockerHost, docker_image: str
+    host: DockerHost, docker_image: str, package: dict[str, Any]
 ) -> None:
     box = await sandbox(host, docker_image, on_disk=True)
     try:
         seen = await reference_listing(box)
     finally:
         await box.remove()
-    package = await package_listing(docker_image)
-    assert package.startswith("/testbed\n/testbed/"), package
-    assert seen == EDITOR + HEADER + package
+    assert package["view"].startswith(EDITOR + HEADER + "/testbed\n/testbed/"), package
+    assert seen["calls"] == package["calls"]
+    assert seen["view"].splitlines() == package["view"].splitlines()
 
 
 async def test_the_tmpfs_workdir_lists_in_another_order(
-    host: DockerHost, docker_image: str
+    host: DockerHost, docker_image: str, package: dict[str, Any]
 ) -> None:
     """Why the setting exists: the default workdir lists the same entries, newest first."""
     box = await sandbox(host, docker_image, on_disk=False)
@@ -108,10 +130,10 @@ async def test_the_tmpfs_workdir_lists_in_another_order(
         seen = await reference_listing(box)
     finally:
         await box.remove()
-    package = await package_listing(docker_image)
-    listed = seen.removeprefix(EDITOR + HEADER)
-    assert sorted(listed.splitlines()) == sorted(package.splitlines())
-    assert listed != package
+    assert seen["calls"] == package["calls"]
+    listed, expected = seen["view"].splitlines(), package["view"].splitlines()
+    assert sorted(listed) == sorted(expected)
+    assert listed != expected
 
 
 async def test_the_on_disk_workdir_goes_with_its_sandbox(
