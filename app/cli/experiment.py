@@ -39,7 +39,6 @@ experiment_cli = typer.Typer(
     help="Experiments: run a benchmark task folder, follow it, read its results.",
     no_args_is_help=True,
 )
-console = Console()
 err_console = Console(stderr=True)
 POLL_S = 1.0
 DONE = ("scored", "error", "cancelled")
@@ -283,6 +282,7 @@ def print_results(results: Mapping[str, Any]) -> None:
     """The results as two tables: per arm, and the paired comparisons."""
     arms = results["arms"]
     ks = sorted({k for arm in arms for k in (arm.get("pass_at_k") or {})}, key=int)
+    console = Console()  # the terminal's width now (COLUMNS), not when the module was imported
     table = Table(title=f"results ({results.get('status', '')})")
     for column in ("arm", "n", "mean", "ci95", *(f"pass@{k}" for k in ks), "errors"):
         table.add_column(column, justify="left" if column in ("arm", "errors") else "right")
@@ -301,8 +301,10 @@ def print_results(results: Mapping[str, Any]) -> None:
     console.print(table)
     if results.get("pairs"):
         pairs = Table(title="paired comparison (a - b, on the rows both scored)")
-        for column in ("a", "b", "n", "mean a", "mean b", "difference", "ci95", "W/T/L"):
-            pairs.add_column(column, justify="left" if column in ("a", "b") else "right")
+        columns = ("a", "b", "n", "mean a", "mean b", "difference", "ci95", "W/T/L", "p")
+        for column in (*columns, "verdict"):
+            left = column in ("a", "b", "verdict")
+            pairs.add_column(column, justify="left" if left else "right")
         for pair in results["pairs"]:
             pairs.add_row(
                 pair["a"],
@@ -311,10 +313,18 @@ def print_results(results: Mapping[str, Any]) -> None:
                 _num(pair["mean_a"]),
                 _num(pair["mean_b"]),
                 _num(pair["difference"], signed=True),
-                _interval(pair["ci95"], signed=True),
+                f"{_interval(pair['ci95'], signed=True)} {pair.get('ci95_method', '')}".strip(),
                 f"{pair['wins']}/{pair['ties']}/{pair['losses']}",
+                _p_value(pair.get("p_value")),
+                str(pair.get("verdict", "")).replace("_", " "),
             )
         console.print(pairs)
+
+
+def _p_value(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def _num(value: float | None, *, signed: bool = False) -> str:
@@ -389,7 +399,7 @@ def _run_local(
         _print_json({"results": results, "output": str(folder)})
         return
     print_results(results)
-    console.print(f"outputs: {folder}", markup=False, highlight=False, soft_wrap=True)
+    Console().print(f"outputs: {folder}", markup=False, highlight=False, soft_wrap=True)
 
 
 # Reading experiments back
@@ -424,6 +434,7 @@ def _experiment_command(name: str, method: str, tail: str, show: Show, doc: str)
 
 
 def _print_status(experiment: dict[str, Any]) -> None:
+    console = Console()
     console.print(f"{experiment['id']} [bold]{experiment['status']}[/] {experiment['name']}")
     table = Table()
     keys = ("pending", "running", "scoring", "scored", "error", "cancelled")
@@ -478,7 +489,7 @@ def _print_items(found: dict[str, Any]) -> None:
             answer[:40] + ("…" if len(answer) > 40 else ""),
             item.get("task_id") or "",
         )
-    console.print(table)
+    Console().print(table)
 
 
 _experiment_command(

@@ -13,7 +13,14 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from app.schemas.experiments import ArmResult, DomainResult, IntervalOut, PairOut, Spread
+from app.schemas.experiments import (
+    ArmResult,
+    DomainResult,
+    IntervalMethod,
+    IntervalOut,
+    PairOut,
+    Spread,
+)
 from app.scoring import stats
 
 
@@ -46,20 +53,27 @@ class ItemLike(Protocol):
 
 
 def arm_result(arm: str, items: Sequence[ItemLike], attempts: int) -> ArmResult:
+    """The arm's numbers. Attempts of one row are one cluster: `mean` is mean@k (rows weigh
+    equally, whatever number of their attempts was scored) and `ci95` is over rows."""
     scored = _scored(items)
     ran = [item for item in items if item.task_id is not None and item.status != "running"]
     errors = Counter(item.error_kind or "unknown" for item in items if item.status == "error")
-    domains: dict[str, list[float]] = defaultdict(list)
-    for item in scored:
-        domain = item.row.get("domain")
+    per_row = _per_row(scored)
+    row_means = [stats.mean(scores) for scores in per_row.values()]
+    domain_of = {item.row_id: item.row.get("domain") for item in scored}
+    domains: dict[str, list[list[float]]] = defaultdict(list)
+    for row_id, scores in per_row.items():
+        domain = domain_of[row_id]
         if isinstance(domain, str) and domain:
-            domains[domain].append(_value(item))
-    values = [_value(item) for item in scored]
+            domains[domain].append(scores)
+    found = interval(row_means) if row_means else None
     return ArmResult(
         arm=arm,
-        n=len(values),
-        mean=stats.mean(values) if values else None,
-        ci95=interval(values) if values else None,
+        n=len(scored),
+        rows=len(row_means),
+        mean=stats.mean(row_means) if row_means else None,
+        ci95=found[0] if found else None,
+        ci95_method=found[1] if found else None,
         pass_at_k=_pass_at_k(scored, attempts),
         errors=dict(sorted(errors.items())),
         cancelled=sum(item.status == "cancelled" for item in items),
@@ -67,10 +81,14 @@ def arm_result(arm: str, items: Sequence[ItemLike], attempts: int) -> ArmResult:
         completion_tokens=spread([item.completion_tokens for item in ran]),
         steps=spread([item.steps for item in ran]),
         seconds=spread([item.seconds for item in ran]),
-        domains={
-            name: DomainResult(n=len(scores), mean=stats.mean(scores), ci95=interval(scores))
-            for name, scores in sorted(domains.items())
-        },
+        domains={name: _domain(rows) for name, rows in sorted(domains.items())},
+    )
+
+
+def _domain(rows: Sequence[Sequence[float]]) -> DomainResult:
+    means = [stats.mean(scores) for scores in rows]
+    return DomainResult(
+        n=sum(map(len, rows)), rows=len(rows), mean=stats.mean(means), ci95=interval(means)[0]
     )
 
 
@@ -78,13 +96,14 @@ def _value(item: ItemLike) -> float:
     return float(item.score or 0.0)
 
 
-def interval(values: Sequence[float]) -> IntervalOut:
-    """Wilson for pass/fail scores, a percentile bootstrap for anything in between."""
+def interval(values: Sequence[float]) -> tuple[IntervalOut, IntervalMethod]:
+    """Wilson when every value is 0 or 1 (rows all passed or all failed), else a percentile
+    bootstrap; the values are per-row means, so rows are what is resampled."""
     if all(value in (0.0, 1.0) for value in values):
         found = stats.wilson_interval(sum(value == 1.0 for value in values), len(values))
-    else:
-        found = stats.bootstrap_ci(values)
-    return IntervalOut(low=found.low, high=found.high)
+        return IntervalOut(low=found.low, high=found.high), "wilson"
+    found = stats.bootstrap_ci(values)
+    return IntervalOut(low=found.low, high=found.high), "bootstrap"
 
 
 def spread(values: Sequence[float]) -> Spread:
@@ -128,9 +147,12 @@ def compare(
         mean_b=found.mean_b,
         difference=found.difference,
         ci95=IntervalOut(low=found.interval.low, high=found.interval.high),
+        ci95_method=found.interval_method,
         wins=found.wins,
         ties=found.ties,
         losses=found.losses,
+        p_value=found.p_value,
+        verdict=found.verdict,
     )
 
 

@@ -26,6 +26,8 @@ DONE = "[DONE]"
 AFTER_DONE_MAX_CHARS = 64 * 2**10
 AFTER_DONE_TIMEOUT_S = 1.0
 REFUSAL = re.compile(r"\b(stream_options|stream)\b")
+LINE_END = re.compile(r"\r\n|\r|\n")
+"""What ends an SSE line, and nothing else (the spec: CRLF, LF or CR)."""
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
@@ -58,7 +60,7 @@ def refused_option(response: httpx.Response) -> str | None:
 async def read_completion(response: httpx.Response, on_delta: DeltaCallback) -> dict[str, Any]:
     """Consume a streamed answer, reporting fragments; the equivalent chat.completion JSON."""
     assembler = ChunkAssembler()
-    lines = response.aiter_lines()
+    lines = sse_lines(response.aiter_text())
     async with aclosing(sse_data(lines)) as events:
         async for data in events:
             if data.strip() == DONE:
@@ -93,6 +95,28 @@ async def _read_to_end(lines: AsyncIterator[str]) -> None:
                 left -= len(line) + 1
                 if left < 0:
                     return
+
+
+async def sse_lines(chunks: AsyncIterator[str]) -> AsyncGenerator[str, None]:
+    """The stream's lines, ended only where the SSE spec ends them.
+
+    Not httpx's `aiter_lines()`: that splits like `str.splitlines`, also at U+2028, U+2029,
+    U+0085 and form feeds, which servers leave raw inside JSON strings (JSON allows them).
+    A model that writes one would break its own event in two and end the step as an
+    `llm_error`, an infrastructure failure a trainer masks out: a way to make a bad
+    rollout disappear.
+    """
+    pending = ""
+    async for chunk in chunks:
+        text = pending + chunk
+        held = text.endswith("\r")  # a CRLF may be cut between two chunks
+        *lines, pending = LINE_END.split(text[:-1] if held else text)
+        pending += "\r" if held else ""
+        for line in lines:
+            yield line
+    *lines, last = LINE_END.split(pending)
+    for line in [*lines, last] if last else lines:
+        yield line
 
 
 async def sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:

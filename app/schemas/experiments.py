@@ -241,6 +241,10 @@ class ItemList(WireModel):
     """The items (filtered as the query asked)."""
 
 
+IntervalMethod = Literal["wilson", "bootstrap", "hoeffding"]
+"""How an interval was computed (docs/experiments.md, "Which estimator is which")."""
+
+
 class IntervalOut(WireModel):
     """A 95% confidence interval."""
 
@@ -263,11 +267,13 @@ class DomainResult(WireModel):
     """An arm's score on the rows of one `domain`."""
 
     n: int
-    """Scored items of the domain."""
+    """Scored items of the domain (every attempt counts)."""
+    rows: int = 0
+    """Its rows with a scored item: what `mean` and `ci95` are over."""
     mean: float
-    """Their mean score."""
+    """Their mean score (each row's mean over its scored attempts, then over rows)."""
     ci95: IntervalOut
-    """95% interval of that mean."""
+    """95% interval of that mean, over rows (as the arm's `ci95`)."""
 
 
 class ArmResult(WireModel):
@@ -277,10 +283,16 @@ class ArmResult(WireModel):
     """The arm's name."""
     n: int
     """Scored items (every attempt counts)."""
+    rows: int = 0
+    """Rows with at least one scored attempt: the `n` that `mean` and `ci95` are over."""
     mean: float | None
-    """Mean score of the scored items; null when none is."""
+    """mean@k: each row's mean over its scored attempts, then the mean over rows (the plain
+    mean of the scored items with one attempt); null when no item is scored."""
     ci95: IntervalOut | None
-    """Wilson interval when every score is 0 or 1, else a percentile bootstrap."""
+    """95% interval of `mean`, over rows (a row's attempts are one cluster, not independent
+    draws): Wilson when every row's mean is 0 or 1, else a percentile bootstrap of rows."""
+    ci95_method: IntervalMethod | None = None
+    """Which of the two `ci95` is: `wilson` or `bootstrap`."""
     pass_at_k: dict[str, float] | None
     """Unbiased pass@k for k = 1..attempts, over rows whose every attempt was scored
     (a pass is a score of 1); None with one attempt."""
@@ -316,13 +328,23 @@ class PairOut(WireModel):
     difference: float
     """The mean of a's score minus b's, per row."""
     ci95: IntervalOut
-    """Paired bootstrap over rows."""
+    """95% interval of `difference`: a paired bootstrap over rows from 20 rows whose
+    differences vary, else Hoeffding's (wide, but right at any n): see `ci95_method`."""
+    ci95_method: IntervalMethod = "bootstrap"
+    """`bootstrap` or `hoeffding`."""
     wins: int
-    """Rows where a scored higher than b."""
+    """Rows where a scored higher than b (by more than 1e-9)."""
     ties: int
-    """Rows where they scored the same."""
+    """Rows where they scored the same (within 1e-9: float noise is no win)."""
     losses: int
     """Rows where a scored lower than b."""
+    p_value: float = 1.0
+    """Exact two-sided sign test of wins against losses (ties left out)."""
+    verdict: Literal["a_higher", "b_higher", "no_clear_difference", "too_few_pairs"] = (
+        "no_clear_difference"
+    )
+    """`too_few_pairs` below 6 rows with a winner (no sign test can reach p < 0.05 there);
+    `a_higher` / `b_higher` only when p < 0.05 and the interval lies on that side of 0."""
 
 
 class ResultsOut(WireModel):

@@ -14,10 +14,16 @@ Which interval for which number:
   mean@k over repeats) gets a percentile bootstrap: it assumes no distribution and needs
   nothing but the scores, at the cost of being too narrow for tiny n and degenerate when
   every score is equal (use Wilson if the scores are 0/1).
+- Repeated attempts of one row are not independent draws: intervals over an arm are taken
+  over rows (each row's mean over its attempts), a cluster interval, not over attempts.
 - Two arms scored on the same rows (sandbox vs vanilla) are compared row by row: the
   paired bootstrap resamples rows, not scores, so the row-to-row difficulty that both
   arms share cancels out and the interval on the difference is far tighter than two
-  independent intervals would suggest.
+  independent intervals would suggest. A bootstrap is only as good as its sample, so it is
+  used from `BOOTSTRAP_MIN_PAIRS` rows on and only when the differences vary; below that,
+  or when every row differs by the same amount, the interval is Hoeffding's, which needs
+  nothing but the differences' bounds and is honest (wide) at any n. Beside it, an exact
+  two-sided sign test gives a p-value that is right at small n (five rows all won: 0.0625).
 """
 
 from __future__ import annotations
@@ -27,13 +33,26 @@ import random
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TypeVar
+from statistics import NormalDist
+from typing import Literal, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 DEFAULT_ITERATIONS = 2000
 DEFAULT_CONFIDENCE = 0.95
+Z95 = NormalDist().inv_cdf(0.975)
+"""The normal quantile of a two-sided 95 % interval, exactly (1.959963...), as scipy uses."""
+TIE_TOLERANCE = 1e-9
+"""Paired differences this close to 0 are ties: float noise (0.1 + 0.2 - 0.3) is no win."""
+BOOTSTRAP_MIN_PAIRS = 20
+"""Fewer paired rows than this get Hoeffding's interval instead of a bootstrap."""
+MIN_PAIRS = 6
+"""Below this many rows with a winner no two-sided sign test can reach p < 0.05 (5 of 5
+wins: p = 0.0625), so the comparison says "too few pairs"."""
+
+IntervalMethod = Literal["bootstrap", "hoeffding"]
+Verdict = Literal["a_higher", "b_higher", "no_clear_difference", "too_few_pairs"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +79,23 @@ class PairedComparison:
     mean_b: float
     difference: float
     interval: Interval
+    interval_method: IntervalMethod
     wins: int
     ties: int
     losses: int
+    p_value: float
+    """Exact two-sided sign test of wins against losses (ties left out)."""
+
+    @property
+    def verdict(self) -> Verdict:
+        """A clear difference needs both the sign test (p < 0.05) and the interval to say so."""
+        if self.wins + self.losses < MIN_PAIRS:
+            return "too_few_pairs"
+        if self.p_value < 0.05 and self.interval.low > 0.0:
+            return "a_higher"
+        if self.p_value < 0.05 and self.interval.high < 0.0:
+            return "b_higher"
+        return "no_clear_difference"
 
 
 def mean(values: Iterable[float]) -> float:
@@ -81,8 +114,8 @@ def median(values: Iterable[float]) -> float:
     return (items[middle - 1] + items[middle]) / 2
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> Interval:
-    """Wilson score interval for `successes` out of `n` 0/1 trials (z=1.96 is 95 %).
+def wilson_interval(successes: int, n: int, z: float = Z95) -> Interval:
+    """Wilson score interval for `successes` out of `n` 0/1 trials (`Z95`: 95 %).
 
     Preferred over the normal interval for proportions near 0 or 1 (see the module
     docstring): at 0/10 it still says "up to about 28 %", not "exactly 0 %".
@@ -123,6 +156,34 @@ def bootstrap_ci(
     n = len(items)
     means = [math.fsum(rng.choices(items, k=n)) / n for _ in range(iterations)]
     return _percentile_interval(means, confidence)
+
+
+def hoeffding_interval(
+    values: Sequence[float], low: float, high: float, confidence: float = DEFAULT_CONFIDENCE
+) -> Interval:
+    """Hoeffding's interval for the mean of `values`, each known to lie in [low, high].
+
+    mean ± (high - low) * sqrt(ln(2 / alpha) / (2 n)), clipped to [low, high]: it assumes
+    nothing about the distribution, so it holds at n = 1 and when every value is equal,
+    where a bootstrap collapses to a point. The price is width.
+    """
+    items = _nonempty(values, "hoeffding_interval")
+    _check_resampling(1, confidence)
+    centre = mean(items)
+    half = (high - low) * math.sqrt(math.log(2 / (1 - confidence)) / (2 * len(items)))
+    return Interval(max(low, centre - half), min(high, centre + half))
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Exact two-sided sign test: the chance of a split at least this uneven if each row
+    were a coin flip. Equals scipy's `binomtest(wins, wins + losses).pvalue`."""
+    if wins < 0 or losses < 0:
+        raise ValueError(f"wins and losses must be >= 0, got {wins} and {losses}")
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1))
+    return min(1.0, float(Fraction(2 * tail, 2**n)))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -167,14 +228,17 @@ def paired_comparison(
     iterations: int = DEFAULT_ITERATIONS,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
-    tie_tolerance: float = 0.0,
+    tie_tolerance: float = TIE_TOLERANCE,
+    bounds: tuple[float, float] = (0.0, 1.0),
 ) -> PairedComparison:
     """Compare arm `a` with arm `b` on the rows both scored (keys present in both).
 
-    Reports mean(a - b) with a paired percentile-bootstrap interval (rows resampled, each
-    keeping its pair), and the count of rows where a scored higher (wins), within
-    `tie_tolerance` (ties) or lower (losses). Rows are taken in sorted-key order so the
-    result does not depend on the mappings' insertion order.
+    Reports mean(a - b) with an interval (a paired percentile bootstrap, rows resampled
+    with their pairs, from `BOOTSTRAP_MIN_PAIRS` rows whose differences vary; Hoeffding's
+    otherwise, from the scores' `bounds`), the count of rows where a scored higher (wins),
+    within `tie_tolerance` (ties) or lower (losses), and the sign test's p-value. Rows are
+    taken in sorted-key order so the result does not depend on the mappings' insertion
+    order.
     """
     if tie_tolerance < 0:
         raise ValueError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
@@ -183,19 +247,29 @@ def paired_comparison(
     if not common:
         raise ValueError("paired_comparison needs at least one row scored in both arms")
     pairs = [(a[key], b[key]) for key in common]
-    differences = [x - y for x, y in pairs]
-    rng = random.Random(seed)
+    differences = [0.0 if abs(x - y) <= TIE_TOLERANCE else x - y for x, y in pairs]
     n = len(differences)
-    means = [math.fsum(rng.choices(differences, k=n)) / n for _ in range(iterations)]
+    method: IntervalMethod
+    if n >= BOOTSTRAP_MIN_PAIRS and len(set(differences)) > 1:
+        rng = random.Random(seed)
+        means = [math.fsum(rng.choices(differences, k=n)) / n for _ in range(iterations)]
+        found, method = _percentile_interval(means, confidence), "bootstrap"
+    else:
+        span = bounds[1] - bounds[0]
+        found, method = hoeffding_interval(differences, -span, span, confidence), "hoeffding"
+    wins = sum(d > tie_tolerance for d in differences)
+    losses = sum(d < -tie_tolerance for d in differences)
     return PairedComparison(
         n=n,
         mean_a=mean(x for x, _ in pairs),
         mean_b=mean(y for _, y in pairs),
         difference=mean(differences),
-        interval=_percentile_interval(means, confidence),
-        wins=sum(d > tie_tolerance for d in differences),
-        ties=sum(abs(d) <= tie_tolerance for d in differences),
-        losses=sum(d < -tie_tolerance for d in differences),
+        interval=found,
+        interval_method=method,
+        wins=wins,
+        ties=n - wins - losses,
+        losses=losses,
+        p_value=sign_test(wins, losses),
     )
 
 

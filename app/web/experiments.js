@@ -46,6 +46,13 @@
     return value === null || value === undefined ? "—" : Number(value).toFixed(digits);
   }
 
+  const VERDICTS = {
+    a_higher: "a higher",
+    b_higher: "b higher",
+    no_clear_difference: "no clear difference",
+    too_few_pairs: "too few pairs",
+  };
+
   function interval(ci) {
     return ci ? `${fixed(ci.low)} – ${fixed(ci.high)}` : "—";
   }
@@ -1014,8 +1021,10 @@
           cell("mean_a", fixed(p.mean_a), p.mean_a),
           cell("mean_b", fixed(p.mean_b), p.mean_b),
           cell("difference", fixed(p.difference), p.difference),
-          cell("ci95", interval(p.ci95), p.ci95),
+          cell("ci95", `${interval(p.ci95)} ${p.ci95_method || ""}`.trim(), p.ci95),
           cell("wlt", `${p.wins} / ${p.ties} / ${p.losses}`, [p.wins, p.ties, p.losses]),
+          cell("p_value", p.p_value === undefined ? "–" : p.p_value < 0.001 ? "< 0.001" : p.p_value.toFixed(3), p.p_value),
+          cell("verdict", VERDICTS[p.verdict] || p.verdict || "", p.verdict),
         ),
       );
       fill(
@@ -1032,14 +1041,14 @@
           armRows,
           "exp-arms-table",
         ),
-        el("p", { class: "hint", text: "n counts scored items; the mean and its interval are over them; errors are counted apart, never as zeros." }),
+        el("p", { class: "hint", text: "n counts scored items; the mean is mean@k (each row's attempts averaged, then the rows) and its interval is over rows; errors are counted apart, never as zeros." }),
         pairRows.length
           ? el(
               "div",
               {},
               el("h3", { text: "Paired comparison (rows both arms scored)" }),
-              table("Paired comparison", ["a − b", "Rows", "Mean a", "Mean b", "Difference", "95 % interval (paired bootstrap)", "Wins / ties / losses (a)"], pairRows, "exp-pairs-table"),
-              el("p", { class: "hint", text: "An interval that excludes 0 says arm a and arm b differ on these rows; wins count rows where a scored higher." }),
+              table("Paired comparison", ["a − b", "Rows", "Mean a", "Mean b", "Difference", "95 % interval (method)", "Wins / ties / losses (a)", "p (sign test)", "Verdict"], pairRows, "exp-pairs-table"),
+              el("p", { class: "hint", text: "A difference is clear only when the sign test's p is under 0.05 and the interval excludes 0; under 6 rows with a winner no test can say so. Wins count rows where a scored higher." }),
             )
           : null,
       );

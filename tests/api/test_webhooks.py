@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from app.api.app import create_app
@@ -698,3 +699,44 @@ async def test_an_experiment_with_its_own_webhook_gets_experiment_finished(
             json=experiment(webhook={"url": own.url(), "events": ["task.finished"]}),
         )
         assert_error(bad, 422, "invalid_input")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/a\x01b",
+        "https://example.com/a b",
+        "https://exa mple.com/",
+        "http://x\x7f/",
+    ],
+)
+async def test_a_url_with_a_space_or_control_character_is_a_422(
+    make_settings: Callable[..., Settings], url: str
+) -> None:
+    async with serve(create_app(allowing(make_settings))) as client:
+        refused = await client.post("/v1/webhooks", json={"url": url, "events": ["task.finished"]})
+        error = assert_error(refused, 422, "invalid_input")
+        assert "not a valid URL" in error["message"]
+
+
+async def test_a_delivery_to_a_url_httpx_refuses_fails_instead_of_blocking_the_queue(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """A subscription stored before URLs were checked this closely: its delivery is
+    recorded as failed, not left claimed and re-claimed first at every lease."""
+    settings = allowing(make_settings)
+    async with receiver() as rec, serve(create_app(settings)) as client:
+        await subscribe(client, rec.url(), ["task.finished"])
+        task_id = await insert_task(sessions)
+        await client.post(f"/v1/tasks/{task_id}/cancel")
+        async with sessions.begin() as session:
+            delivery = await session.scalar(select(models.WebhookDelivery))
+            assert delivery is not None
+            delivery.url = rec.url() + "/a\x01b"
+        async with open_resources(settings) as res:
+            assert await send_due(res.sessions, settings) == 1
+        [log] = (await client.get(f"/v1/tasks/{task_id}/webhooks")).json()["deliveries"]
+        [attempt] = log["attempts"]
+        assert "InvalidURL" in attempt["error"]
+        assert log["status"] in ("pending", "failed")
+        assert rec.received == []

@@ -199,8 +199,12 @@ def check_results_table(page: Page, results: dict[str, Any]) -> None:
     assert (pair["wins"], pair["ties"], pair["losses"]) == (2, 3, 0)
     row = page.locator(".exp-pairs-table tr[data-pair='sandbox|vanilla']")
     expect(row.locator("[data-field=difference]")).to_have_text(f"{pair['difference']:.3f}")
-    expect(row.locator("[data-field=ci95]")).to_have_text(interval(pair["ci95"]))
+    assert pair["ci95_method"] == "hoeffding", "5 rows: too few for a bootstrap"
+    expect(row.locator("[data-field=ci95]")).to_have_text(f"{interval(pair['ci95'])} hoeffding")
     expect(row.locator("[data-field=wlt]")).to_have_text("2 / 3 / 0")
+    assert pair["p_value"] == pytest.approx(0.5), "2 wins, 0 losses: the sign test's 2 / 2^2"
+    expect(row.locator("[data-field=p_value]")).to_have_text("0.500")
+    expect(row.locator("[data-field=verdict]")).to_have_text("too few pairs")
     expect(row.locator("[data-field=mean_a]")).to_have_text("0.800")
     expect(row.locator("[data-field=mean_b]")).to_have_text("0.400")
 

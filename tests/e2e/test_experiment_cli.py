@@ -131,6 +131,7 @@ def check_results(results: dict[str, Any], attempts: int = 1) -> None:
     assert (pair["a"], pair["b"], pair["n"]) == ("sandbox", "vanilla", 3)
     assert pair["difference"] == pytest.approx(1 / 3)
     assert (pair["wins"], pair["ties"], pair["losses"]) == (1, 2, 0)
+    assert (pair["p_value"], pair["verdict"]) == (1.0, "too_few_pairs")
 
 
 def test_a_package_folder_runs_on_the_service_in_both_modes(
@@ -148,6 +149,7 @@ def test_a_package_folder_runs_on_the_service_in_both_modes(
     assert re.search(r"sandbox\s+│\s+3\s+│\s+0\.667", table), table
     assert re.search(r"vanilla\s+│\s+3\s+│\s+0\.333", table), table
     assert re.search(r"sandbox\s+│\s+vanilla\s+│\s+3\s+│.*\+0\.333.*1/2/0", table), table
+    assert re.search(r"hoeffding\s+│\s+1/2/0\s+│\s+1\.000\s+│\s+too few pairs", table), table
 
     results = sandhive(settings, "experiment", "results", exp_id, *server, "--json", cwd=tmp_path)
     assert results.returncode == 0, results.stderr

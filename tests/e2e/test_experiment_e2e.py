@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import signal
 import uuid
 from collections import Counter
@@ -278,10 +279,12 @@ def test_two_arms_twenty_rows_two_attempts_end_with_the_hand_computed_results(
     sandbox, vanilla = results["arms"]
 
     # sandbox, right answers among the 36 scored: r01-r10 2 each (20), r11-r14 1 each (4),
-    # r15-r17 none, r18-r19 1 each (2): 26 / 36.
-    assert (sandbox["arm"], sandbox["n"]) == ("sandbox", 36)
-    assert sandbox["mean"] == pytest.approx(26 / 36)
-    assert sandbox["ci95"]["low"] < 26 / 36 < sandbox["ci95"]["high"]
+    # r15-r17 none, r18-r19 1 each (2): 26 / 36 of the items. `mean` is mean@k over the 19
+    # rows with a scored attempt (r20 has none): (10 x 1 + 4 x 1/2 + 3 x 0 + 2 x 1) / 19.
+    assert (sandbox["arm"], sandbox["n"], sandbox["rows"]) == ("sandbox", 36, 19)
+    assert sandbox["mean"] == pytest.approx(14 / 19)
+    assert sandbox["ci95"]["low"] < 14 / 19 < sandbox["ci95"]["high"]
+    assert sandbox["ci95_method"] == "bootstrap", "row means of 1/2 are not pass/fail"
     assert sandbox["errors"] == {"agent": 4}, "errors counted apart, not as zeros"
     assert sandbox["cancelled"] == 0
     # pass@k over the 17 rows with both attempts scored (r01-r17; r18-r20 lack one):
@@ -289,11 +292,11 @@ def test_two_arms_twenty_rows_two_attempts_end_with_the_hand_computed_results(
     # = 12/17; pass@2 = 1 - C(2-c, 2)/C(2, 2) = 1 when c >= 1: (10 + 4) / 17 = 14/17.
     assert sandbox["pass_at_k"] == {"1": pytest.approx(12 / 17), "2": pytest.approx(14 / 17)}
     # per domain: algebra r01-r10, 20 scored, all right; geometry r11-r20, 16 scored
-    # (14 of r11-r17, 2 of r18-r19), right 4 + 2 = 6: 6/16.
+    # (14 of r11-r17, 2 of r18-r19) in 9 rows: (4 x 1/2 + 3 x 0 + 2 x 1) / 9.
     assert sandbox["domains"]["algebra"]["n"] == 20
     assert sandbox["domains"]["algebra"]["mean"] == pytest.approx(1.0)
-    assert sandbox["domains"]["geometry"]["n"] == 16
-    assert sandbox["domains"]["geometry"]["mean"] == pytest.approx(6 / 16)
+    assert (sandbox["domains"]["geometry"]["n"], sandbox["domains"]["geometry"]["rows"]) == (16, 9)
+    assert sandbox["domains"]["geometry"]["mean"] == pytest.approx(4 / 9)
     # Every sandbox item took 2 steps (a command, then submit); all 40 ran.
     assert sandbox["steps"] == {"median": 2.0, "total": 80.0}
     assert sandbox["prompt_tokens"]["total"] > 0
@@ -331,6 +334,12 @@ def test_two_arms_twenty_rows_two_attempts_end_with_the_hand_computed_results(
     assert pair["difference"] == pytest.approx(6 / 19)
     assert (pair["wins"], pair["ties"], pair["losses"]) == (11, 6, 2)
     assert -1 <= pair["ci95"]["low"] <= 6 / 19 <= pair["ci95"]["high"] <= 1
+    # 19 rows are too few for a bootstrap: Hoeffding's interval, 6/19 +- 2 sqrt(ln 40 / 38),
+    # holds 0; the sign test, 11 wins of 13, p = 2 (1 + 13 + 78) / 2^13.
+    assert pair["ci95_method"] == "hoeffding"
+    assert pair["ci95"]["low"] == pytest.approx(6 / 19 - 2 * math.sqrt(math.log(40) / 38))
+    assert pair["p_value"] == pytest.approx(184 / 8192)
+    assert pair["verdict"] == "no_clear_difference"
 
     # Item by item: each row's pair of outcomes per arm is the planned one.
     assert len(items) == 80

@@ -16,7 +16,7 @@ import pytest
 
 from app.errors import LLMError
 from app.llm.openai import OpenAIChatModel
-from app.llm.sse import ChunkAssembler
+from app.llm.sse import ChunkAssembler, sse_lines
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.scripted.stream import completion_chunks
 from tests.llm.support import TOOLS, USER, planned_server, register
@@ -221,3 +221,73 @@ async def test_a_malformed_stream_is_a_clear_llm_error(broken_stream_server: str
             await model.complete(USER, TOOLS, Deltas())
     finally:
         await model.aclose()
+
+
+SEPARATORS = "give up\u2028here\u2029and\u0085there\x0cfeed\x1c"
+"""Characters `str.splitlines` ends a line at, which JSON leaves raw inside a string."""
+
+
+@pytest.fixture
+async def raw_separator_server() -> AsyncIterator[str]:
+    """Streams a text turn as vLLM-style servers do: the model's text unescaped (JSON
+    allows U+2028 and friends raw), CRLF line ends, each cut between two writes."""
+
+    handled: list[asyncio.Future[None]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handled.append(asyncio.get_running_loop().create_future())
+        await reader.readuntil(b"\r\n\r\n")
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": SEPARATORS}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        events = [f"data: {json.dumps(c, ensure_ascii=False)}\r\n\r\n" for c in chunks]
+        body = ("".join(events) + "data: [DONE]\r\n\r\n").encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
+        for piece in body.split(b"\r\n"):  # every CR and its LF in separate writes
+            writer.write(piece + b"\r")
+            await writer.drain()
+            await asyncio.sleep(0.005)
+            writer.write(b"\n")
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        handled[-1].set_result(None)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}/v1"
+        await asyncio.wait_for(asyncio.gather(*handled), 5)
+
+
+async def test_line_separators_in_the_models_text_stay_in_the_text(
+    raw_separator_server: str,
+) -> None:
+    model = model_for(raw_separator_server, "any")
+    deltas = Deltas()
+    try:
+        completion = await model.complete(USER, TOOLS, deltas)
+    finally:
+        await model.aclose()
+    assert completion.content == SEPARATORS
+    assert deltas.joined("text") == SEPARATORS
+
+
+async def test_sse_lines_end_only_at_cr_lf_or_crlf() -> None:
+    async def chunks() -> AsyncIterator[str]:
+        for chunk in ["a\u2028b\r", "\nc\rd", "\n\ne\x85f\r\n", "", "\r", "g"]:
+            yield chunk
+
+    assert [line async for line in sse_lines(chunks())] == [
+        "a\u2028b",
+        "c",
+        "d",
+        "",
+        "e\x85f",
+        "",
+        "g",
+    ]

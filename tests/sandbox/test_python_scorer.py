@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
+import hmac
 import json
 import re
 import time
@@ -603,8 +605,27 @@ async def test_a_report_counts_only_when_the_runner_itself_ended_normally(exit_c
     with pytest.raises(ScorerError, match="without a report"):
         _verdict(ExecResult(exit_code, b"", b""), new)
     reported = _Run(OutputCapture(4096), OutputCapture(4096), "run")
-    report = {"exit_code": 0, "result": {"value": 1.0}}
-    await reported.on_output("stdout", f"\n{reported.key} {json.dumps(report)}\n".encode())
+    await reported.on_output("stdout", report_line(reported.key, {"value": 1.0}))
     assert _verdict(ExecResult(0, b"", b""), reported).value == 1.0
     with pytest.raises(ScorerError, match="without a report"):
         _verdict(ExecResult(exit_code, b"", b""), reported)
+
+
+def report_line(key: str, result: dict[str, Any], exit_code: int = 0) -> bytes:
+    """The runner's report, as `runner.py` writes it: key, MAC of the JSON, the JSON."""
+    body = json.dumps({"exit_code": exit_code, "result": result}).encode()
+    mac = hmac.new(key.encode(), body, hashlib.sha256).hexdigest().encode()
+    return b"\n" + key.encode() + b" " + mac + b" " + body + b"\n"
+
+
+async def test_bytes_spliced_into_the_report_make_it_no_report() -> None:
+    """A killed process's write that the kernel finished after the kill can land inside the
+    report's line (seen: once in 200 runs with 4 KiB reads). JSON keeps the last of two
+    equal keys, so a splice could turn a raised `compute_score` into 1.0; the MAC refuses."""
+    run = _Run(OutputCapture(4096), OutputCapture(4096), "run")
+    line = report_line(run.key, {"error": "x" * 400}, exit_code=0)
+    splice = b'"}, "exit_code": 0, "result": {"value": 1, "z": {"a": "'
+    at = line.index(b"x" * 10)
+    await run.on_output("stdout", line[:at] + splice + line[at:])
+    with pytest.raises(ScorerError, match="without a report"):
+        _verdict(ExecResult(0, b"", b""), run)

@@ -205,7 +205,11 @@ async def test_a_lone_task_without_capture_exports_its_turns_and_its_failure_kin
     rl: Settings, api: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
 ) -> None:
     done = f"rl-{uuid.uuid4().hex[:8]}"
-    scripted_llm.add_script(done, Script([Turn("execute_bash", {"command": "true"})] * 2))
+    # A thought with characters JSON leaves raw but `splitlines` (the reader below, and
+    # `iter_lines`) ends a line at: the export must still be one line per rollout.
+    thought = "I give up\u2028here\u2029and\x85there"
+    turn = Turn("execute_bash", {"command": "true"}, content=thought)
+    scripted_llm.add_script(done, Script([turn] * 2))
     broken = f"rl-{uuid.uuid4().hex[:8]}"
     scripted_llm.add_script(broken, Script([Turn("submit", {})], fail_status=500))
     ids = []
@@ -223,6 +227,7 @@ async def test_a_lone_task_without_capture_exports_its_turns_and_its_failure_kin
     assert (plain["reward"], plain["group_id"], plain["experiment_id"]) == (None, None, None)
     assert plain["infrastructure_failure"] is False  # out of steps: the model's doing
     assert [t["tool_call"]["tool"] for t in plain["turns"]] == ["execute_bash"] * 2
+    assert [t["thought"] for t in plain["turns"]] == [thought] * 2
     assert {t["completion_token_ids"] for t in plain["turns"]} == {None}
     (failed,) = await exported(api, f"/v1/tasks/{ids[1]}/export")
     assert failed["infrastructure_failure"] is True  # the model server failed

@@ -171,10 +171,27 @@ def items_csv(items: list[ItemOut]) -> str:
     return out.getvalue()
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet reads as a formula at the start of a cell (OWASP's CSV injection list)."""
+
+
 def _cell(value: object) -> str:
+    """A cell as text. Text a model wrote (`answer`) that a spreadsheet would run as a
+    formula (`=HYPERLINK(...)`) gets a leading `'`, which spreadsheets show as text; a
+    plain number such as `-1.5` is left as it is."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else json.dumps(value)
+    if not isinstance(value, str):
+        return json.dumps(value)
+    return "'" + value if value.startswith(FORMULA_START) and not _number(value) else value
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 @router.post(

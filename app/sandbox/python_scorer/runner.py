@@ -9,7 +9,10 @@ process starts the code's (exec'd: a fresh address space, without the key, that 
 socket pair for its result. It waits for it to end, reads the messages on its own end,
 SIGKILLs every process of `nobody`'s (nothing the code started can print any more), and
 only then writes its report as the last line of stdout:
-`<key> {"exit_code": <how the code's process ended>, "result": <what it sent, or null>}`.
+`<key> <mac> {"exit_code": <how the code's process ended>, "result": <what it sent, or null>}`,
+`<mac>` being the HMAC-SHA256 of the JSON under the key. A write the kernel was already
+carrying out for a killed process can still land in the pipe after the kill, even inside
+the report's line: the MAC makes such a line no report rather than a different one.
 
 Who may speak: the code shares stdout with us but can neither read the key (another uid's
 memory) nor write after the report, so no line it prints passes for one. The result is the
@@ -22,6 +25,8 @@ library only: the sandbox image's python3 runs it.
 """
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -128,7 +133,9 @@ def main() -> int:
         line = json.dumps(report)
     except (ValueError, RecursionError):
         line = json.dumps({**report, "result": {"unreadable": "not encodable"}})
-    _write(b"\n" + key + b" " + line.encode() + b"\n")
+    body = line.encode()
+    mac = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+    _write(b"\n" + key + b" " + mac + b" " + body + b"\n")
     return 0
 
 

@@ -21,6 +21,8 @@ deadline removes it even if this process dies first. Called by the worker's scor
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import math
@@ -288,8 +290,12 @@ def _report(exit_code: int, run: _Run) -> tuple[int, dict[str, Any]] | None:
     if exit_code != 0:
         return None
     last = bytes(run.tail).rstrip(b"\n").rpartition(b"\n")[2]
-    key, _, body = last.partition(b" ")
+    key, _, rest = last.partition(b" ")
+    mac, _, body = rest.partition(b" ")
+    expected = hmac.new(run.key.encode(), body, hashlib.sha256).hexdigest().encode()
     if not secrets.compare_digest(key, run.key.encode()):
+        return None
+    if not secrets.compare_digest(mac, expected):  # bytes of the code's landed in the line
         return None
     with suppress(ValueError, RecursionError):
         data = json.loads(body)

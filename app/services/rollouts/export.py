@@ -109,7 +109,19 @@ async def _lines(
                 )
             ).all()
         line = rollout_line(task, [dict(row._mapping) for row in steps], placed)
-        yield json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+        yield jsonl_line(line)
+
+
+LINE_BREAKERS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+"""Characters JSON leaves raw in strings that `str.splitlines` (and so `iter_lines` and many
+JSONL readers) ends a line at; escaped, a line is one line to every reader."""
+
+
+def jsonl_line(value: Mapping[str, Any]) -> str:
+    """One JSONL line, UTF-8 text kept readable, nothing in it that a reader splits at."""
+    return (
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")).translate(LINE_BREAKERS) + "\n"
+    )
 
 
 def rollout_line(

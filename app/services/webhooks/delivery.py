@@ -127,7 +127,9 @@ async def send(sessions: Sessions, settings: Settings, claimed: Claimed) -> None
         error = f"refused: {exc}"
     except TimeoutError:
         error = f"no response within {settings.webhook_timeout_s:g} s"
-    except (httpx.HTTPError, OSError) as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+        # InvalidURL is no HTTPError: uncaught, it would leave the delivery claimed and
+        # unrecorded, claimed again first at every lease, before every other tenant's.
         error = f"{type(exc).__name__}: {exc}"[:500]
     await _record(sessions, settings, claimed, code, error)
 

@@ -79,11 +79,16 @@ def answers(entries: list[str]) -> dict[str, Address]:
 def check_url(url: str, allow: Allow) -> None:
     """Refuse what is plainly not allowed before any DNS (a literal private address,
     localhost, a scheme other than http(s), credentials in the URL): 422 at registration."""
+    if any(not "\x20" < char < "\x7f" and char.isascii() for char in url):
+        # Spaces and control characters: httpx refuses them at send time, when the
+        # delivery could only fail; say so now.
+        raise InvalidInput("not a valid URL: a space or control character", {"field": "url"})
     try:
         parts = urlsplit(url)
         _ = parts.port  # a port out of range or not a number raises here
         host = _host(parts)
-    except ValueError as exc:
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
         raise InvalidInput(f"not a valid URL: {exc}", {"field": "url"}) from None
     if parts.scheme not in ("http", "https") or not host:
         raise InvalidInput("the URL must be http:// or https:// with a host", {"field": "url"})
