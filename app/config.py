@@ -586,6 +586,12 @@ class Settings(BaseSettings):
     experiment_scoring_lease_margin_s: float = Field(default=30.0, gt=0)
     """How long a worker's claim on an answer it scores outlasts the scoring timeout: a
     worker that died scoring it has its answers rescored by another after that."""
+    scoring_processes: int = Field(default=2, ge=1)
+    """Processes per API or worker process that run the built-in scorers (`exact`, `math`,
+    `regex`, ...), so a slow answer never stalls the process's event loop."""
+    scoring_timeout_s: float = Field(default=10.0, gt=0)
+    """The longest a built-in scorer may take on one answer; past it its process is killed
+    and the item (or reward) is a `scorer` error."""
     experiment_scoring_max_claims: int = Field(default=3, ge=1)
     """How many times an answer's slow scoring may be taken up without a result (its worker
     died, or the scoring failed in a way worth retrying, such as Docker being unreachable)

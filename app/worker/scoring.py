@@ -14,7 +14,8 @@ Anything else a scorer raises is that item's scorer error at once, never a retry
 
 Dispatch by the scorer's kind: `llm_judge` through the Runner's model clients
 (`app.worker.judge`), `python` in a fresh sandbox on this worker's Docker host
-(`app.sandbox.python_scorer.score`); a built-in scorer (after a regrade) in-line. `score_with`
+(`app.sandbox.python_scorer.score`); a built-in scorer (after a regrade) in a process of
+`app.scoring.offload`'s pool. `score_with`
 is that dispatch for one answer, also used for episodes' rewards.
 """
 
@@ -34,8 +35,9 @@ from app import metrics
 from app.sandbox.python_scorer.score import score_in_sandbox
 from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.judge import LlmJudgeScorer
+from app.scoring.offload import score_off_loop
 from app.scoring.python_code import PythonScorer
-from app.scoring.types import Score, Scorer, ScorerError, score_answer
+from app.scoring.types import Score, Scorer, ScorerError
 from app.services.experiments import scoring as experiment_scoring
 from app.services.experiments.scoring import Claimed, stored_scorer, wake_followers
 from app.worker.context import WorkerContext
@@ -166,4 +168,11 @@ async def _dispatch(
         # (between its create and start), the reaper removes it once the worker is gone.
         labels = {INSTANCE_LABEL: ctx.instance, WORKER_LABEL: ctx.name}
         return await score_in_sandbox(ctx.docker, image, scorer, answer, row, labels=labels)
-    return score_answer(scorer, answer, row)  # a built-in, after a regrade
+    settings = ctx.settings  # a built-in, after a regrade: in a process of the pool
+    return await score_off_loop(
+        scorer,
+        answer,
+        row,
+        processes=settings.scoring_processes,
+        timeout_s=settings.scoring_timeout_s,
+    )

@@ -22,7 +22,8 @@ from app.db import models
 from app.db.engine import Sessions
 from app.errors import Conflict
 from app.schemas.episodes import RewardOut
-from app.scoring.types import Score, ScorerError, is_deferred, score_answer
+from app.scoring.offload import score_off_loop
+from app.scoring.types import Score, ScorerError, is_deferred
 from app.services.episodes import service as rows
 from app.services.experiments.scoring import stored_scorer
 
@@ -74,7 +75,13 @@ async def reward(
             raise _failed(result)
         return RewardOut(score=result["score"], detail=result.get("detail") or {}, **base)
     try:
-        score = score_answer(scorer, row.answer, {"ground_truth": row.ground_truth})
+        score = await score_off_loop(
+            scorer,
+            row.answer,
+            {"ground_truth": row.ground_truth},
+            processes=settings.scoring_processes,
+            timeout_s=settings.scoring_timeout_s,
+        )
     except ScorerError as exc:
         raise _failed(stored(scorer.kind, exc)) from exc
     return RewardOut(score=score.value, detail=score.detail, **base)

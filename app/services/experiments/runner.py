@@ -16,6 +16,7 @@ experiment.finished); followers are woken after the commit.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +35,8 @@ from app.db.engine import Sessions
 from app.domain.resolve import check_inputs, resolve_spec
 from app.errors import InvalidInput, TooLarge, TooManyRequests
 from app.ids import utc_now
-from app.scoring.types import Scorer, ScorerError, is_deferred, score_answer
+from app.scoring.offload import score_off_loop
+from app.scoring.types import Score, Scorer, ScorerError, is_deferred
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import arm_submission, item_prompt
 from app.services.experiments.notify import experiment_finished
@@ -79,6 +81,7 @@ async def advance(
     sessions: Sessions, redis: Redis, settings: Settings, experiment_id: str
 ) -> list[str]:
     """One step of one experiment; the ids of the tasks it started (none if another holds it)."""
+    prescored = await _prescore(sessions, settings, experiment_id)
     async with sessions.begin() as session:
         exp = await session.scalar(
             select(models.Experiment)
@@ -87,7 +90,7 @@ async def advance(
         )
         if exp is None:
             return []
-        events = await _score_ended(session, settings, exp)
+        events = await _score_ended(session, settings, exp, prescored)
         started: list[str] = []
         if exp.status == "running":
             started = await _start_pending(session, settings, exp, events)
@@ -106,10 +109,63 @@ async def advance(
 # Scoring the items whose task ended
 
 
+Prescored = dict[str, tuple[str, Score | ScorerError]]
+"""The item's task id -> (the answer scored, its score or why there is none)."""
+
+
+async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) -> Prescored:
+    """The built-in scorer's verdicts on the answers this step will record, computed before
+    its transaction, with no row locked, in `app.scoring.offload`'s processes: a slow
+    answer neither stalls this process's loop (its leases) nor holds the experiment's
+    row. Nothing for a deferred scorer, whose items go to `scoring`."""
+    task = models.Task
+    async with sessions() as session:
+        exp = await session.get(models.Experiment, experiment_id)
+        if exp is None or exp.spec.get("scorer") is None:
+            return {}
+        try:
+            scorer = stored_scorer(exp.spec["scorer"], settings)
+        except ValueError:
+            return {}  # recorded as each item's error in the transaction
+        if is_deferred(scorer):
+            return {}
+        answered = (
+            await session.execute(
+                select(task.id, Item.row, task.answer)
+                .join(task, task.id == Item.task_id)
+                .where(Item.experiment_id == experiment_id, Item.status == "running")
+                .where(task.status == TaskStatus.succeeded, task.answer.is_not(None))
+                .order_by(Item.seq)
+                .limit(SCORE_BATCH)
+            )
+        ).all()
+
+    async def one(answer: str, row: Mapping[str, Any]) -> Score | ScorerError:
+        try:
+            with metrics.scoring(scorer.kind):
+                return await score_off_loop(
+                    scorer,
+                    answer,
+                    row,
+                    processes=settings.scoring_processes,
+                    timeout_s=settings.scoring_timeout_s,
+                )
+        except ScorerError as exc:
+            return exc
+
+    found = await asyncio.gather(*(one(str(answer), row) for _, row, answer in answered))
+    return {
+        task_id: (str(answer), result)
+        for (task_id, _, answer), result in zip(answered, found, strict=True)
+    }
+
+
 async def _score_ended(
-    session: AsyncSession, settings: Settings, exp: models.Experiment
+    session: AsyncSession, settings: Settings, exp: models.Experiment, prescored: Prescored
 ) -> list[Event]:
-    """Record how each item whose task ended ends; its `item.ended` events."""
+    """Record how each item whose task ended ends; its `item.ended` events. An answer for
+    the built-in scorer that `_prescore` did not see (its task ended since) waits for the
+    next step."""
     task = models.Task
     query = (
         select(Item, task)
@@ -129,8 +185,9 @@ async def _score_ended(
         scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
     events: list[Event] = []
     for item, ended in rows:
-        record_end(item, ended, scorer)
-        events.append(("item.ended", ended_data(item)))
+        answer, score = prescored.get(item.task_id or "") or (None, None)
+        if record_end(item, ended, scorer, score if ended and answer == ended.answer else None):
+            events.append(("item.ended", ended_data(item)))
     return events
 
 
@@ -146,15 +203,22 @@ def ended_data(item: models.ExperimentItem) -> dict[str, Any]:
 
 
 def record_end(
-    item: models.ExperimentItem, task: models.Task | None, scorer: Scorer | ScorerError
-) -> None:
+    item: models.ExperimentItem,
+    task: models.Task | None,
+    scorer: Scorer | ScorerError,
+    score: Score | ScorerError | None = None,
+) -> bool:
     """The item's end from its task's: scored, cancelled or an error of some kind; or, with
     a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
-    ScorerError for `scorer`: the scorer could not be built, so an answer is its error."""
+    ScorerError for `scorer`: the scorer could not be built, so an answer is its error.
+    `score`: a built-in scorer's verdict on the task's answer, computed off the loop; an
+    answer to be scored without one is left as it is (False: not ended yet)."""
+    if task is not None and _awaits_its_score(task, scorer, score):
+        return False
     item.updated_at = utc_now()
     if task is None:
         _error(item, "infrastructure", "the item's task no longer exists")
-        return
+        return True
     _copy_usage(item, task)
     item.answer = task.answer
     reason = FinishReason(task.finish_reason) if task.finish_reason else None
@@ -165,26 +229,35 @@ def record_end(
         _error(item, kind, task.error or f"the task ended with {reason}", reason=reason)
     elif task.answer is None:
         _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
-    elif isinstance(scorer, ScorerError):
+    else:
+        _judge(item, scorer, score)
+    return True
+
+
+def _awaits_its_score(
+    task: models.Task, scorer: Scorer | ScorerError, score: Score | ScorerError | None
+) -> bool:
+    """An answer for a built-in scorer that has not been scored yet."""
+    answered = task.status == TaskStatus.succeeded and task.answer is not None
+    built_in = not isinstance(scorer, ScorerError) and not is_deferred(scorer)
+    return answered and built_in and score is None
+
+
+def _judge(
+    item: models.ExperimentItem, scorer: Scorer | ScorerError, score: Score | ScorerError | None
+) -> None:
+    if isinstance(scorer, ScorerError):
         _error(item, "scorer", scorer.message, **scorer.detail)
     elif is_deferred(scorer):
         item.status = "scoring"
         item.scoring_until = None
         item.scoring_claims = 0
-    else:
-        _score(item, task.answer, scorer)
-
-
-def _score(item: models.ExperimentItem, answer: str, scorer: Scorer) -> None:
-    try:
-        with metrics.scoring(scorer.kind):
-            score = score_answer(scorer, answer, item.row)
-    except ScorerError as exc:
-        _error(item, "scorer", exc.message, **exc.detail)
-        return
-    item.status = "scored"
-    item.score = score.value
-    item.detail = json_safe(score.detail)
+    elif isinstance(score, ScorerError):
+        _error(item, "scorer", score.message, **score.detail)
+    elif score is not None:
+        item.status = "scored"
+        item.score = score.value
+        item.detail = json_safe(score.detail)
 
 
 def _error(item: models.ExperimentItem, kind: str, message: str, **detail: Any) -> None:

@@ -1,6 +1,8 @@
 """How an item ends from its task's end: scored, cancelled, or an error of the right kind.
 
-`record_end` is pure (rows in memory): every kind of end, without running a task.
+`record_end` is pure (rows in memory): every kind of end, without running a task. A
+built-in scorer's verdict comes in computed (the runner computes it off the event loop,
+before its transaction), so here it is `score_answer`'s, in this process.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 from app.db import models
 from app.ids import utc_now
 from app.scoring.registry import scorer_for
+from app.scoring.types import Score, ScorerError, score_answer
 from app.services.experiments.runner import record_end
 
 MATH = scorer_for({"kind": "math"})
@@ -43,6 +46,15 @@ def task(status: str, reason: str, answer: str | None = None, **usage: int) -> m
     )
 
 
+def verdict(found: models.ExperimentItem, ended: models.Task | None) -> Score | ScorerError | None:
+    if ended is None or ended.answer is None:
+        return None
+    try:
+        return score_answer(MATH, ended.answer, found.row)
+    except ScorerError as exc:
+        return exc
+
+
 @pytest.mark.parametrize(
     ("ended", "status", "score", "kind"),
     [
@@ -63,7 +75,7 @@ def test_an_item_ends_as_its_task_did(
     ended: models.Task | None, status: str, score: float | None, kind: str | None
 ) -> None:
     found = item()
-    record_end(found, ended, MATH)
+    assert record_end(found, ended, MATH, verdict(found, ended))
     assert (found.status, found.score, found.error_kind) == (status, score, kind)
     if ended is not None:
         assert (found.steps, found.prompt_tokens, found.completion_tokens) == (3, 100, 7)
@@ -73,6 +85,14 @@ def test_an_item_ends_as_its_task_did(
 
 def test_a_scorer_that_cannot_judge_is_an_error_of_kind_scorer_not_a_zero() -> None:
     found = item(ground_truth={"not": "a number"})
-    record_end(found, task("succeeded", "submitted", "\\boxed{4}"), MATH)
+    ended = task("succeeded", "submitted", "\\boxed{4}")
+    assert record_end(found, ended, MATH, verdict(found, ended))
     assert (found.status, found.score, found.error_kind) == ("error", None, "scorer")
     assert "ground_truth" in found.detail["message"]
+
+
+def test_an_answer_not_scored_yet_is_left_running_untouched() -> None:
+    """Its task ended after the runner scored the batch off the loop: the next step does."""
+    found = item()
+    assert not record_end(found, task("succeeded", "submitted", "\\boxed{4}"), MATH)
+    assert (found.status, found.answer, found.steps) == ("running", None, None)
