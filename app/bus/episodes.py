@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from app.bus import keys
+from app.bus.clock import redis_now
 from app.bus.presence import present
 
 OPEN_STREAM = f"{keys.PREFIX}:episodes:open"
@@ -58,8 +59,9 @@ class OpenRequest:
     """When the API stops waiting for the reply (epoch ms): a request passed on between
     workers that lack its image is dropped then, not passed on forever (`is_expired`)."""
 
-    def is_expired(self) -> bool:
-        return self.deadline_ms is not None and time.time() * 1000 >= self.deadline_ms
+    async def is_expired(self, redis: Redis) -> bool:
+        """By Redis's clock: the API's host wrote the deadline, a worker's reads it."""
+        return self.deadline_ms is not None and await redis_now(redis) * 1000 >= self.deadline_ms
 
 
 async def ensure_group(redis: Redis) -> None:
@@ -78,7 +80,7 @@ async def request_open(
     reply = _reply_key()
     fields: dict[FieldT, EncodableT] = {"episode_id": episode_id, "reply": reply, "image": image}
     if ttl_s is not None:
-        fields["deadline"] = str(int((time.time() + ttl_s) * 1000))
+        fields["deadline"] = str(int((await redis_now(redis) + ttl_s) * 1000))
     await redis.xadd(OPEN_STREAM, fields)
     return reply
 
@@ -86,7 +88,7 @@ async def request_open(
 async def reopen(redis: Redis, request: OpenRequest) -> bool:
     """Put an open request back for another worker (this one lacks its image); False, and
     nothing put back, once its deadline passed (nobody waits for the reply any more)."""
-    if request.is_expired():
+    if await request.is_expired(redis):
         return False
     fields: dict[FieldT, EncodableT] = {
         "episode_id": request.episode_id,

@@ -21,6 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.bus import keys
+from app.bus.clock import redis_now
 from app.bus.episodes import answer, wait_reply
 
 __all__ = [
@@ -60,7 +61,8 @@ async def send(redis: Redis, worker: str, request: dict[str, Any], *, timeout_s:
     list expires with the last request's wait: nobody reads what a dead worker left.
     """
     reply = f"{keys.PREFIX}:files:reply:{uuid.uuid4().hex}"
-    body = json.dumps({**request, "reply": reply, "expires": time.time() + timeout_s})
+    expires = await redis_now(redis) + timeout_s  # read by a worker on another host
+    body = json.dumps({**request, "reply": reply, "expires": expires})
     async with redis.pipeline(transaction=True) as pipe:
         pipe.rpush(requests_of(worker), body)
         pipe.expire(requests_of(worker), max(1, math.ceil(timeout_s)))
@@ -88,10 +90,11 @@ async def room_for(redis: Redis, reply: str, *, ahead: int, timeout_s: float) ->
     return True
 
 
-def expired(request: dict[str, Any]) -> bool:
-    """Whether the caller has stopped waiting for this request (hosts' clocks agree roughly)."""
+async def expired(redis: Redis, request: dict[str, Any]) -> bool:
+    """Whether the caller has stopped waiting for this request, by Redis's clock (the
+    caller's host wrote the deadline, this host reads it)."""
     expires = request.get("expires")
-    return isinstance(expires, int | float) and time.time() > expires
+    return isinstance(expires, int | float) and await redis_now(redis) > expires
 
 
 async def next_request(redis: Redis, worker: str, *, timeout_s: float) -> dict[str, Any] | None:

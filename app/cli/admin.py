@@ -49,7 +49,8 @@ def drain(
 
 @admin_cli.command("requeue")
 def requeue(task_id: Annotated[str, typer.Argument(help="The task's id (tsk_...).")]) -> None:
-    """Put a queued or running task on the queue again (a running one gets a new attempt)."""
+    """Put a queued task, or a running one whose worker is gone, on the queue again (a
+    running task on a live worker is refused: use `fail` or `drain`)."""
     from app.services.admin import service as admin
 
     was = call(lambda res: admin.requeue(res.sessions, res.redis, task_id))

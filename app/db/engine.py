@@ -1,7 +1,10 @@
-"""The async engine and session factory; nothing else."""
+"""The async engine and session factory, and the one clock every process shares."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -29,3 +32,12 @@ def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngi
 def create_sessions(engine: AsyncEngine) -> Sessions:
     # expire_on_commit=False: async code cannot lazy-load an expired attribute.
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+async def db_now(session: AsyncSession) -> datetime:
+    """Postgres's clock (its transaction's start): what a time written by one host and
+    compared by another (a lease's end, a retry's due time) is measured on, since no two
+    hosts' clocks agree to the second."""
+    now = await session.scalar(select(func.now()))
+    assert isinstance(now, datetime)
+    return now

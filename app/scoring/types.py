@@ -38,6 +38,14 @@ class ScorerError(Exception):
         self.detail = dict(detail or {})
 
 
+class ScoringFailed(ScorerError):
+    """No verdict because the infrastructure failed every try (workers lost, Docker
+    unreachable), not because the scorer could not judge: stored as an `infrastructure`
+    error, which results leave out and exports flag, never a `scorer` one."""
+
+    kind: ClassVar[str] = "infrastructure"
+
+
 class Scorer(Protocol):
     """Scores one answer against one dataset row (`ground_truth` plus any extra fields)."""
 

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from app import logs
 from app.agent.types import Outcome
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
-from app.ids import utc_now
 from app.kit import outage
 from app.runner.episode import EpisodeResult
 from app.sandbox import reaper
@@ -109,7 +108,7 @@ async def _run(
             labels=labels,
             inputs=started.inputs,
             stop=running.stop,
-            used_s=started.seconds_used(utc_now()),  # timeout_s counts from the first attempt
+            used_s=started.used_s,  # what earlier attempts ran of timeout_s
             outcome=outcome,
             session=started.task_id,
             on_sandbox=running.hold,

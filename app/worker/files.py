@@ -73,7 +73,7 @@ class FileServer:
                     log.warning("files: lost touch with Redis: %r", exc)
                     await asyncio.sleep(PAUSE_S)
                     continue
-                if request is not None and not bus.expired(request):
+                if request is not None and not await bus.expired(self.ctx.redis, request):
                     group.create_task(self._handle(request))
 
     async def _handle(self, request: dict[str, Any]) -> None:
@@ -81,7 +81,7 @@ class FileServer:
         self._users[task_id] += 1
         try:
             async with self._per_task[task_id], self._per_worker:
-                if bus.expired(request):
+                if await bus.expired(self.ctx.redis, request):
                     return  # it waited its turn past its caller's patience
                 await self._answer(request)
         finally:
@@ -98,8 +98,10 @@ class FileServer:
             final = {"failure": f"the worker failed: {type(exc).__name__}"}
         # A caller that gave up took its reply key away; answering would leave one behind.
         # (A read's last answer comes after chunks its reader is taking: always sent.)
-        if final is not None and (request.get("op") == "read" or not bus.expired(request)):
-            with suppress(RedisError, OSError):
+        with suppress(RedisError, OSError):
+            if final is not None and (
+                request.get("op") == "read" or not await bus.expired(self.ctx.redis, request)
+            ):
                 await bus.answer(self.ctx.redis, reply, final)
 
     async def _serve(self, request: dict[str, Any], reply: str) -> Reply | None:

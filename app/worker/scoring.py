@@ -32,20 +32,22 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app import metrics
+from app.errors import SandboxError
 from app.sandbox.python_scorer.score import score_in_sandbox
 from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.judge import LlmJudgeScorer
 from app.scoring.offload import score_off_loop
 from app.scoring.python_code import PythonScorer
-from app.scoring.types import Score, Scorer, ScorerError
+from app.scoring.types import Score, Scorer, ScorerError, ScoringFailed
 from app.services.experiments import scoring as experiment_scoring
 from app.services.experiments.scoring import Claimed, stored_scorer, wake_followers
 from app.worker.context import WorkerContext
 from app.worker.judge import judge
 
 log = logging.getLogger(__name__)
-RETRIED_ERRORS = (OSError, DockerError)
-"""The worker's infrastructure failing, not the scorer: the item is claimed again."""
+RETRIED_ERRORS = (OSError, DockerError, SandboxError)
+"""The worker's infrastructure failing, not the scorer (Docker unreachable, a `python`
+scorer's sandbox that could not be made or run): the item is claimed again, at once."""
 RETRIED_DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
 """Postgres unreachable while storing a score: the item is claimed again."""
 RELEASE_WAIT_S = 5.0
@@ -80,6 +82,9 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
     except asyncio.CancelledError:  # the worker stops: the next one need not wait the lease
         await _release(ctx, claimed)
         raise
+    except RETRIED_ERRORS:  # tried again at the next round, not after the whole lease
+        await _release(ctx, claimed, counted=True)
+        raise
     try:
         events = await experiment_scoring.write_score(ctx.sessions, claimed, found)
     except RETRIED_DB_ERRORS:
@@ -95,10 +100,12 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
     await wake_followers(ctx.redis, claimed.experiment_id, events)
 
 
-async def _release(ctx: WorkerContext, claimed: Claimed) -> None:
+async def _release(ctx: WorkerContext, claimed: Claimed, *, counted: bool = False) -> None:
     """Give the lease back, shielded from the cancellation under way (best effort: a lease
     not given back only expires)."""
-    releasing = asyncio.ensure_future(experiment_scoring.release(ctx.sessions, claimed))
+    releasing = asyncio.ensure_future(
+        experiment_scoring.release(ctx.sessions, claimed, counted=counted)
+    )
     try:
         await asyncio.shield(releasing)
     except asyncio.CancelledError:
@@ -113,9 +120,10 @@ async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
     after at most `experiment_scoring_max_claims` claims of the item in all."""
     limit = ctx.settings.experiment_scoring_max_claims
     if claimed.claims > limit:
-        return ScorerError(
+        return ScoringFailed(
             f"scoring failed {limit} times (SANDHIVE_EXPERIMENT_SCORING_MAX_CLAIMS): "
-            "each try ended without a result; see the workers' logs",
+            "each try ended without a result (its worker lost, Docker unreachable); see the "
+            "workers' logs",
             {"claims": limit},
         )
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.api.app import create_app
 from app.config import Settings
@@ -740,3 +740,16 @@ async def test_a_delivery_to_a_url_httpx_refuses_fails_instead_of_blocking_the_q
         assert "InvalidURL" in attempt["error"]
         assert log["status"] in ("pending", "failed")
         assert rec.received == []
+
+
+async def test_concurrent_creates_stop_at_the_cap(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = allowing(make_settings, webhook_max_subscriptions=3)
+    async with serve(create_app(settings)) as client:
+        body = {"url": "http://127.0.0.1:9/hook", "events": ["task.finished"]}
+        answers = await asyncio.gather(*(client.post("/v1/webhooks", json=body) for _ in range(12)))
+    assert sorted(a.status_code for a in answers) == [201] * 3 + [422] * 9
+    async with sessions() as session:
+        count = await session.scalar(select(func.count()).select_from(models.WebhookSubscription))
+    assert count == 3

@@ -126,7 +126,7 @@ async def test_an_open_request_passed_between_workers_is_dropped_past_its_deadli
     await episodes.request_open(redis, "ep_live", "extra", ttl_s=60)
     live = await episodes.claim_open(redis, "w-plain", block_ms=50)
     assert live is not None
-    assert not live.is_expired()
+    assert not await live.is_expired(redis)
     assert await episodes.reopen(redis, live), "its caller still waits: passed on"
     again = await episodes.claim_open(redis, "w-plain", block_ms=50)
     assert again is not None
@@ -134,7 +134,7 @@ async def test_an_open_request_passed_between_workers_is_dropped_past_its_deadli
     await episodes.request_open(redis, "ep_late", "extra", ttl_s=0)
     late = await episodes.claim_open(redis, "w-plain", block_ms=50)
     assert late is not None
-    assert late.is_expired()
+    assert await late.is_expired(redis)
     assert not await episodes.reopen(redis, late), "nobody waits for it any more"
     assert await episodes.claim_open(redis, "w-plain", block_ms=50) is None
 

@@ -94,6 +94,23 @@ async def test_requeue_puts_queued_and_running_tasks_back(sessions: Sessions, re
         await admin.requeue(sessions, redis, done)
 
 
+async def test_requeue_refuses_a_task_its_live_worker_holds(
+    sessions: Sessions, redis: Redis
+) -> None:
+    """Its worker renews the lease ("a lease Redis lost is re-created") and the requeued
+    message would be acked as a duplicate: the command must not say it worked."""
+    running = await insert_task(sessions, status="running", attempt=1)
+    await redis.set(keys.task_lease(running), "w-live|1-0")
+    await leases.beat(redis, "w-live", 60_000, {"host": "h", "pid": 1, "slots": 1, "tasks": 1})
+    before = await queue.queued_task_ids(redis)
+    with pytest.raises(Conflict, match=r"running on worker w-live, which is alive") as refused:
+        await admin.requeue(sessions, redis, running)
+    assert "admin fail" in refused.value.message
+    assert "admin drain w-live" in refused.value.message
+    assert await redis.get(keys.task_lease(running)) == b"w-live|1-0", "its lease untouched"
+    assert running not in await queue.queued_task_ids(redis) - before, "not enqueued"
+
+
 async def test_fail_ends_a_task_with_an_event(sessions: Sessions, redis: Redis) -> None:
     task_id = await insert_task(sessions, status="running", attempt=1)
     await admin.fail(sessions, redis, task_id, "stuck for a day")

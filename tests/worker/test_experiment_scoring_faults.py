@@ -9,6 +9,7 @@ as an older version or a crash would have left them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -141,11 +142,9 @@ async def test_a_lowered_maximum_a_broken_experiment_and_a_lone_surrogate_stop_n
         assert still.status == "running", "left as it was (and logged)"
 
 
-async def test_an_answer_claimed_the_maximum_times_without_a_result_ends_a_scorer_error(
-    ctx: WorkerContext,
-) -> None:
+async def scoring_item(ctx: WorkerContext, scorer: dict[str, Any], claims: int = 0) -> str:
+    """An experiment with one answer waiting in `scoring`, claimed `claims` times before."""
     exp_id = f"exp_claims{uuid.uuid4().hex[:8]}"
-    scorer = {"kind": "llm_judge", "profile": "default"}
     async with ctx.sessions.begin() as session:
         session.add(
             models.Experiment(
@@ -170,12 +169,47 @@ async def test_an_answer_claimed_the_maximum_times_without_a_result_ends_a_score
                 answer="1",
                 detail={},
                 updated_at=utc_now(),
-                scoring_claims=ctx.settings.experiment_scoring_max_claims,  # each one died
+                scoring_claims=claims,
             )
         )
-    assert await score_waiting(ctx) == 1
+    return exp_id
+
+
+async def the_item(ctx: WorkerContext, exp_id: str) -> models.ExperimentItem:
     async with ctx.sessions() as session:
         (item,) = await session.scalars(select(Item).where(Item.experiment_id == exp_id))
-    assert (item.status, item.error_kind, item.score) == ("error", "scorer", None)
+    return item
+
+
+async def test_an_answer_claimed_the_maximum_times_without_a_result_is_not_scored(
+    ctx: WorkerContext,
+) -> None:
+    """Each claim died (its worker lost, Docker unreachable): the infrastructure's failure,
+    left out of the results as such, never the scorer's verdict on the answer."""
+    limit = ctx.settings.experiment_scoring_max_claims
+    exp_id = await scoring_item(ctx, {"kind": "llm_judge", "profile": "default"}, claims=limit)
+    assert await score_waiting(ctx) == 1
+    item = await the_item(ctx, exp_id)
+    assert (item.status, item.error_kind, item.score) == ("error", "infrastructure", None)
     assert item.detail["message"].startswith("scoring failed 3 times")
     assert item.scoring_until is None
+
+
+async def test_docker_failing_a_python_scorer_is_retried_not_the_answers_error(
+    ctx: WorkerContext,
+) -> None:
+    """The scorer's sandbox cannot be made (here: its image is gone). That says nothing of
+    the answer: the claim is given back at once for another try, and only a run of such
+    tries ends the item, as `infrastructure`."""
+    broken = dataclasses.replace(
+        ctx, settings=ctx.settings.model_copy(update={"sandbox_image": "sandhive-gone:none"})
+    )
+    code = "def compute_score(agent_answer, ground_truth, **row):\n    return 1.0\n"
+    exp_id = await scoring_item(broken, {"kind": "python", "code": code})
+    for claim in range(1, broken.settings.experiment_scoring_max_claims + 1):
+        assert await score_waiting(broken) == 1
+        item = await the_item(broken, exp_id)
+        assert (item.status, item.scoring_claims, item.scoring_until) == ("scoring", claim, None)
+    assert await score_waiting(broken) == 1
+    item = await the_item(broken, exp_id)
+    assert (item.status, item.error_kind) == ("error", "infrastructure")

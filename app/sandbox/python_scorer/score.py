@@ -15,7 +15,10 @@ from a runner that then exited 0; what the code's process returned reaches the r
 socket on which the kernel names the sender, never through output (issue #28). Whatever the code
 does, this function returns a `Score` or raises `ScorerError`, with the run's output in its
 `detail` for debugging, and the container is gone when it returns (or is cancelled); its
-deadline removes it even if this process dies first. Called by the worker's scoring loop.
+deadline removes it even if this process dies first. Docker failing to make or run the
+container is no verdict on the answer: that is a `SandboxError`, which the caller tries
+again (an experiment's item) or stores as an `infrastructure` error (an episode's reward).
+Called by the worker's scoring loop.
 """
 
 from __future__ import annotations
@@ -164,14 +167,14 @@ def _job(scorer: PythonScorer, answer: str | None, row: Mapping[str, Any], key: 
 
 
 async def _create(docker: DockerHost, config: SandboxConfig, run: _Run) -> DockerSandbox:
+    """The scorer's sandbox; SandboxError when Docker cannot make it: the worker's
+    infrastructure failing, not the scorer, so the caller tries again or says so."""
     try:
         async with asyncio.timeout(CREATE_TIMEOUT_S):
             return await docker.create_sandbox(config)
-    except (SandboxError, TimeoutError) as exc:
-        message = getattr(exc, "message", None) or repr(exc)
-        raise ScorerError(
-            f"python scorer: its sandbox could not be started: {message}",
-            run.detail(None, stage="sandbox"),
+    except TimeoutError as exc:
+        raise SandboxError(
+            f"python scorer: its sandbox was not started within {CREATE_TIMEOUT_S:g} s"
         ) from exc
 
 
@@ -200,12 +203,7 @@ async def _execute(
             f"python scorer: compute_score did not return within {scorer.timeout_s} s",
             run.detail(None, timed_out=True, timeout_s=scorer.timeout_s),
         )
-    try:
-        return running.result()
-    except SandboxError as exc:
-        raise ScorerError(
-            f"python scorer: running it failed: {exc.message}", run.detail(None, stage="sandbox")
-        ) from exc
+    return running.result()  # a SandboxError (Docker failed running it) is the caller's
 
 
 async def _settle(running: asyncio.Task[ExecResult]) -> None:

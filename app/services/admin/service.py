@@ -19,7 +19,7 @@ from sqlalchemy import delete, func, select
 from app.bus import cancel, keys, leases, queue
 from app.db import models
 from app.db.engine import Sessions
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 from app.ids import utc_now
 from app.services.images.task_images import image_name
 from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_unfinished, publish_quietly
@@ -128,15 +128,29 @@ async def draining(redis: Redis, worker: str) -> bool:
 
 
 async def requeue(sessions: Sessions, redis: Redis, task_id: str) -> str:
-    """Put an unfinished task on the queue again; a running one is taken from its worker.
+    """Put an unfinished task on the queue again: a queued one, or a running one whose
+    worker is gone (its lease is dropped, so the next worker runs it now as a new attempt,
+    not once the lease expires).
 
-    A running task's lease is dropped, so its worker stops it (lease lost) and
-    the next worker runs it as a new attempt (counted as a lost one).
+    A task running on a live worker is refused (Conflict): that worker renews its lease,
+    taking it back, and the requeued message would be dropped as a duplicate, so the
+    command would say it worked and change nothing. `fail` ends such a task; `drain` hands
+    a worker's tasks back.
     """
     async with sessions.begin() as session:
         task = await lock_unfinished(session, task_id)
         status, image = task.status, image_name(task.spec)
     if status == TaskStatus.running:
+        holder = await redis.get(keys.task_lease(task_id))
+        worker = leases.worker_of(holder.decode() if isinstance(holder, bytes) else holder or "")
+        if worker and await leases.alive(redis, [worker]):
+            raise Conflict(
+                f"{task_id} is running on worker {worker}, which is alive: it keeps its "
+                f"lease, so a requeue would change nothing. End the task with `sandhive admin "
+                f"fail {task_id}`, or hand all of the worker's tasks back with `sandhive admin "
+                f"drain {worker}`",
+                details={"worker": worker},
+            )
         await leases.drop(redis, task_id)
     await queue.enqueue(redis, task_id, image)
     return str(status)

@@ -1,5 +1,9 @@
 """An ended episode's reward: its scorer on its answer, 0 with the reason when there is none.
 
+An episode the infrastructure ended (`worker_lost`, `sandbox_error`, `worker_stopped`: its
+row's `error_kind` is `infrastructure`) is not scored at all: 409 with that `error_kind`,
+never the 0 of an episode that did not submit.
+
 A built-in scorer runs here, on each call. A deferred one (`llm_judge`, `python`) cannot
 run in the API: the worker that held the episode runs it when the loop ends, before it
 answers the final step (`app.worker.episodes.reward`), and stores the result in the row's
@@ -64,6 +68,13 @@ async def reward(
     except ValueError as exc:
         raise _failed(stored(str(row.scorer.get("kind")), ScorerError(str(exc)))) from exc
     base = {"scorer": scorer.kind, "finish_reason": row.finish_reason}
+    if row.error_kind == INFRASTRUCTURE:
+        # Not the policy's doing (its worker was lost or stopped, its sandbox failed): no
+        # reward at all, rather than a 0 the trainer would learn from.
+        raise Conflict(
+            f"not scored: the episode was ended by the infrastructure ({row.finish_reason})",
+            details={"error_kind": INFRASTRUCTURE, "finish_reason": row.finish_reason},
+        )
     if row.finish_reason != "submitted":
         # The paper's rule: an episode that never submitted (overlong, cut) scores 0.
         return RewardOut(score=0.0, reason=f"never submitted ({row.finish_reason})", **base)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, null, select
 
 from app.db import models
 from app.db.engine import Sessions
@@ -32,27 +32,32 @@ async def get_results(
     sessions: Sessions, tenant: str, experiment_id: str, grading: int | None = None
 ) -> ResultsOut:
     """The results of the current scoring, or of an earlier one (`grading`, from 1: the
-    items' archived scores, with their usage as it is); 422 for a grading there never was."""
+    items' archived scores, with their usage as it is); 422 for a grading there never was.
+
+    Reads a compact projection of each item (its outcome, usage and the row's `domain`),
+    never its row, answer or detail: a call's memory grows by about 3 KiB per item (the
+    report's own groups), whatever the rows and answers weigh (bench/results_memory.py)."""
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-        items = list(
-            await session.scalars(
-                select(Item).where(Item.experiment_id == exp.id).order_by(Item.seq)
+        current = grading_of(exp.spec)
+        if grading is not None and not 1 <= grading <= current:
+            msg = f"experiment {exp.id} has gradings 1 to {current}, not {grading}"
+            raise InvalidInput(msg, details=[problem(("grading",), msg, "not_found")])
+        chosen = current if grading is None else grading
+        columns = [*PROJECTED, Item.gradings if chosen != current else null().label("gradings")]
+        rows = (
+            await session.execute(
+                select(*columns).where(Item.experiment_id == exp.id).order_by(Item.seq)
             )
-        )
-    current = grading_of(exp.spec)
-    if grading is not None and not 1 <= grading <= current:
-        msg = f"experiment {exp.id} has gradings 1 to {current}, not {grading}"
-        raise InvalidInput(msg, details=[problem(("grading",), msg, "not_found")])
-    chosen = current if grading is None else grading
+        ).all()
     arms = [arm["name"] for arm in exp.spec["arms"]]
     attempts = int(exp.spec["attempts"])
     by_arm: dict[str, list[ItemLike]] = {arm: [] for arm in arms}
     members: list[Member] = []
-    for item in items:
-        graded = item if chosen == current else _archived(item, chosen)
-        by_arm.setdefault(item.arm, []).append(graded)
-        members.append(Member(item.row_id, item.arm, item.attempt, graded))
+    for row in rows:
+        graded = _graded(row, None if chosen == current else chosen)
+        by_arm.setdefault(row.arm, []).append(graded)
+        members.append(Member(row.row_id, row.arm, row.attempt, graded))
     return ResultsOut(
         experiment_id=exp.id,
         status=exp.status,
@@ -67,9 +72,26 @@ async def get_results(
     )
 
 
+PROJECTED = (
+    Item.row_id,
+    Item.arm,
+    Item.attempt,
+    Item.status,
+    Item.score,
+    Item.error_kind,
+    Item.task_id,
+    Item.prompt_tokens,
+    Item.completion_tokens,
+    Item.steps,
+    Item.seconds,
+    Item.row["domain"].label("domain"),
+)
+"""What the report reads of an item: its outcome, its usage, its row's `domain`."""
+
+
 @dataclass(frozen=True)
 class _Graded:
-    """An item as an earlier grading left it: that grading's outcome, the item's usage."""
+    """An item as a grading left it: that grading's outcome, the item's usage."""
 
     row_id: str
     row: Mapping[str, Any]
@@ -83,19 +105,25 @@ class _Graded:
     seconds: float
 
 
-def _archived(item: models.ExperimentItem, grading: int) -> _Graded:
-    found = next((g for g in item.gradings if g.get("grading") == grading), None)
-    if found is None:  # archived by every regrade; a row without it is as it was then
-        found = {"status": item.status, "score": item.score, "error_kind": item.error_kind}
+def _graded(row: Row[Any], grading: int | None) -> _Graded:
+    """The item's current outcome, or the archived one of `grading`."""
+    found: Mapping[str, Any] = {
+        "status": row.status,
+        "score": row.score,
+        "error_kind": row.error_kind,
+    }
+    if grading is not None:  # archived by every regrade; a row without it is as it was then
+        archived = next((g for g in row.gradings or [] if g.get("grading") == grading), None)
+        found = archived or found
     return _Graded(
-        row_id=item.row_id,
-        row=item.row,
+        row_id=row.row_id,
+        row={"domain": row.domain},
         status=str(found.get("status")),
         score=found.get("score"),
         error_kind=found.get("error_kind"),
-        task_id=item.task_id,
-        prompt_tokens=item.prompt_tokens,
-        completion_tokens=item.completion_tokens,
-        steps=item.steps,
-        seconds=item.seconds,
+        task_id=row.task_id,
+        prompt_tokens=row.prompt_tokens or 0,
+        completion_tokens=row.completion_tokens or 0,
+        steps=row.steps or 0,
+        seconds=row.seconds or 0.0,
     )

@@ -31,7 +31,7 @@ from sqlalchemy import func, or_, select, update
 from app.bus.experiment_live import notify
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, db_now
 from app.domain.resolve import Problem, problem
 from app.ids import utc_now
 from app.scoring.judge import LlmJudgeScorer
@@ -68,9 +68,9 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
     """Take up to `limit` items that wait for scoring (or whose lease expired), leased."""
     if limit <= 0:
         return []
-    now = utc_now()
-    lease = now + timedelta(seconds=lease_s)
     async with sessions.begin() as session:
+        now = await db_now(session)  # every worker's claims and expiries on one clock
+        lease = now + timedelta(seconds=lease_s)
         rows = list(
             await session.execute(
                 select(Item, Exp.spec)
@@ -102,15 +102,18 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
     ]
 
 
-async def release(sessions: Sessions, claimed: Claimed) -> bool:
-    """Give the lease back unscored (a worker stopping mid-scoring), so another worker takes
-    the item at once rather than once the lease expires; the claim is not counted against
-    the item's limit. False if the lease was not this claim's any more."""
+async def release(sessions: Sessions, claimed: Claimed, *, counted: bool = False) -> bool:
+    """Give the lease back unscored, so another worker takes the item at once rather than
+    once the lease expires: a worker stopping mid-scoring (the claim is not counted against
+    the item's limit), or one whose infrastructure failed the try (`counted`: it is, so a
+    Docker that stays unreachable ends the item). False if the lease was not this claim's
+    any more."""
+    claims = Item.scoring_claims if counted else func.greatest(Item.scoring_claims - 1, 0)
     async with sessions.begin() as session:
         released = await session.scalar(
             update(Item)
             .where(*_leased(claimed))
-            .values(scoring_until=None, scoring_claims=func.greatest(Item.scoring_claims - 1, 0))
+            .values(scoring_until=None, scoring_claims=claims)
             .returning(Item.row_id)
             .execution_options(synchronize_session=False)
         )
@@ -138,7 +141,7 @@ async def write_score(
         values: dict[str, Any] = {"status": "scored", "score": found.value, "error_kind": None}
         detail = found.detail
     else:
-        values = {"status": "error", "score": None, "error_kind": "scorer"}
+        values = {"status": "error", "score": None, "error_kind": found.kind}
         detail = {"message": found.message, **found.detail}
     async with sessions.begin() as session:
         # The experiment's row first, as every writer takes it: no lock-order deadlock.

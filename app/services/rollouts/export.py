@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import load_only
 
 from app.db import models
 from app.db.engine import Sessions
@@ -38,17 +39,33 @@ NOT_INFRASTRUCTURE = frozenset(
 )
 """A task's endings that are the agent's doing or the caller's (the experiments' rule)."""
 Placed = tuple[Item, GroupOut, RolloutOut]
+COMPACT = load_only(
+    Item.experiment_id,
+    Item.row_id,
+    Item.arm,
+    Item.attempt,
+    Item.seq,
+    Item.status,
+    Item.score,
+    Item.error_kind,
+    Item.task_id,
+    raiseload=True,
+)
+"""What placing a rollout in its group reads of an item: never its row (documents and all),
+answer, detail or gradings, so an item costs a few KiB however large its row."""
 
 
 async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> AsyncIterator[str]:
     """The one line of the tenant's task (NotFound before any byte for another's)."""
     async with sessions() as session:
         task = await find_task(session, tenant, task_id)
-        item = await session.scalar(select(Item).where(Item.task_id == task.id))
+        item = await session.scalar(select(Item).options(COMPACT).where(Item.task_id == task.id))
         placed = None
         if item is not None:
             siblings = await session.scalars(
-                select(Item).where(
+                select(Item)
+                .options(COMPACT)
+                .where(
                     Item.experiment_id == item.experiment_id,
                     Item.row_id == item.row_id,
                     Item.arm == item.arm,
@@ -66,7 +83,7 @@ async def open_experiment_export(
         exp = await find_experiment(session, tenant, experiment_id)
         items = list(
             await session.scalars(
-                select(Item).where(Item.experiment_id == exp.id).order_by(Item.seq)
+                select(Item).options(COMPACT).where(Item.experiment_id == exp.id).order_by(Item.seq)
             )
         )
     placed = _placed(items)

@@ -13,12 +13,13 @@ import hashlib
 import mimetypes
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import models
 from app.db.engine import Sessions
@@ -46,13 +47,11 @@ class StartedAttempt:
     prompt: str
     spec: TaskSpec
     inputs: list[tuple[str, bytes]]
-    first_started_at: datetime
-    """When the task's first attempt started: `timeout_s` is one wall clock for the task,
-    so a later attempt (after a lost worker or a hand-back) gets only what is left."""
-
-    def seconds_used(self, now: datetime) -> float:
-        """The task's wall clock spent before `now` (what this attempt may not use again)."""
-        return max((now - self.first_started_at).total_seconds(), 0.0)
+    used_s: float
+    """What earlier attempts ran of `timeout_s`: a later attempt (after a lost worker or a
+    hand-back) gets only what is left. Time between attempts (waiting for a dead worker's
+    lease, in the queue after a hand-back) is the infrastructure's, not the agent's: it
+    does not count, so it can never end a task as `timeout`."""
 
 
 async def start_attempt(
@@ -72,17 +71,46 @@ async def start_attempt(
             return None
         lost = task.status == TaskStatus.running
         task.lost_attempts += int(lost)
-        ending = _ending_before_start(task, max_attempts)
+        used_s = await _attempts_ran_s(session, task.id)
+        ending = _ending_before_start(task, max_attempts, used_s)
         if ending is not None:
             events = await finish_row(session, task, ending)
         else:
-            started, event = await _start(session, task, worker, lost)
+            started, event = await _start(session, task, worker, lost, used_s)
             events = [event]
     await publish_quietly(redis, events)
     return started
 
 
-def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None:
+async def _attempts_ran_s(session: AsyncSession, task_id: str) -> float:
+    """How long the task's earlier attempts ran: each from its `task.started` event to the
+    end of its last step (a lost attempt's time after its last step is not known, and is
+    not charged). Both times of an attempt come from the one worker that ran it."""
+    millisecond: ColumnElement[Any] = literal_column("interval '1 millisecond'")
+    step_end = models.Step.started_at + (models.Step.llm_ms + models.Step.tool_ms) * millisecond
+    ends = (
+        select(models.Step.attempt, func.max(step_end).label("ended"))
+        .where(models.Step.task_id == task_id)
+        .group_by(models.Step.attempt)
+        .subquery()
+    )
+    started = (  # one `task.started` event per attempt
+        select(
+            models.Event.data["attempt"].as_integer().label("attempt"), models.Event.ts.label("at")
+        )
+        .where(models.Event.task_id == task_id, models.Event.type == "task.started")
+        .subquery()
+    )
+    ran = func.extract("epoch", ends.c.ended - started.c.at)
+    total = await session.scalar(
+        select(func.coalesce(func.sum(func.greatest(ran, 0)), 0)).select_from(
+            ends.join(started, ends.c.attempt == started.c.attempt)
+        )
+    )
+    return float(total or 0.0)
+
+
+def _ending_before_start(task: models.Task, max_attempts: int, used_s: float) -> TaskEnd | None:
     """Why the task must end instead of starting another attempt, if it must."""
     if task.cancel_requested_at is not None:
         return TaskEnd(FinishReason.cancelled, error="cancelled")
@@ -90,13 +118,13 @@ def _ending_before_start(task: models.Task, max_attempts: int) -> TaskEnd | None
         error = f"the worker running it was lost {task.lost_attempts} times (max {max_attempts})"
         return TaskEnd(FinishReason.worker_lost, error=error)
     timeout_s = read_spec(task.spec).limits.timeout_s
-    if task.started_at is not None and utc_now() >= task.started_at + timedelta(seconds=timeout_s):
+    if used_s >= timeout_s:
         return TaskEnd(FinishReason.timeout, error=timeout_error(timeout_s))
     return None
 
 
 async def _start(
-    session: AsyncSession, task: models.Task, worker: str, lost: bool
+    session: AsyncSession, task: models.Task, worker: str, lost: bool, used_s: float
 ) -> tuple[StartedAttempt, EventOut]:
     task.attempt += 1
     task.status = TaskStatus.running
@@ -116,7 +144,7 @@ async def _start(
         prompt=task.prompt,
         spec=read_spec(task.spec),
         inputs=[(blob.path, blob.content) for blob in blobs],
-        first_started_at=task.started_at,
+        used_s=used_s,
     )
     return started, event
 

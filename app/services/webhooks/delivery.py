@@ -23,8 +23,7 @@ from sqlalchemy import or_, select
 
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
-from app.ids import utc_now
+from app.db.engine import Sessions, db_now
 from app.services.webhooks.net import Allow, Refused, answers, post
 
 log = logging.getLogger(__name__)
@@ -53,8 +52,8 @@ def sign(secret: str, body: bytes, timestamp: int) -> str:
 
 async def claim_due(sessions: Sessions, settings: Settings) -> list[Claimed]:
     """Up to `webhook_batch` due deliveries, leased to this sender."""
-    now = utc_now()
     async with sessions.begin() as session:
+        now = await db_now(session)  # every sender's leases and due times on one clock
         rows = list(
             await session.scalars(
                 select(Delivery)
@@ -134,6 +133,28 @@ async def send(sessions: Sessions, settings: Settings, claimed: Claimed) -> None
     await _record(sessions, settings, claimed, code, error)
 
 
+def _next(
+    settings: Settings,
+    claimed: Claimed,
+    attempt: int,
+    now: datetime,
+    error: str | None,
+    *,
+    drop: bool,
+) -> tuple[str, datetime | None]:
+    """The delivery's status after this attempt, and when to try again (None: never)."""
+    if error is None:
+        return "delivered", None
+    if drop:
+        return "dropped", None
+    delay = min(
+        settings.webhook_retry_base_s * 2 ** (attempt - 1), settings.webhook_retry_max_delay_s
+    ) * random.uniform(0.5, 1.0)
+    next_at = now + timedelta(seconds=delay)
+    give_up = claimed.created_at + timedelta(seconds=settings.webhook_retry_for_s)
+    return ("pending", next_at) if next_at <= give_up else ("failed", None)
+
+
 async def _record(
     sessions: Sessions,
     settings: Settings,
@@ -144,31 +165,19 @@ async def _record(
     drop: bool = False,
 ) -> None:
     """Log the attempt; change the delivery's state only if no other sender has since
-    (the attempt count seen at claim time fences it)."""
-    now = utc_now()
+    (the attempt count seen at claim time fences it). Times on Postgres's clock, as the
+    claims that compare them."""
     attempt = claimed.attempts + 1
-    next_at: datetime | None = None
-    if error is None:
-        status = "delivered"
-    elif drop:
-        status = "dropped"
-    else:
-        delay = min(
-            settings.webhook_retry_base_s * 2 ** (attempt - 1), settings.webhook_retry_max_delay_s
-        ) * random.uniform(0.5, 1.0)
-        next_at = now + timedelta(seconds=delay)
-        give_up = claimed.created_at + timedelta(seconds=settings.webhook_retry_for_s)
-        status = "pending" if next_at <= give_up else "failed"
-        if status == "failed":
-            next_at = None
-    entry = {
-        "attempt": attempt,
-        "at": now.isoformat(),
-        "status_code": code,
-        "error": error,
-        "next_retry_at": next_at.isoformat() if next_at else None,
-    }
     async with sessions.begin() as session:
+        now = await db_now(session)
+        status, next_at = _next(settings, claimed, attempt, now, error, drop=drop)
+        entry = {
+            "attempt": attempt,
+            "at": now.isoformat(),
+            "status_code": code,
+            "error": error,
+            "next_retry_at": next_at.isoformat() if next_at else None,
+        }
         row = await session.scalar(
             select(Delivery).where(Delivery.id == claimed.id).with_for_update()
         )

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, db_now
 from app.domain.resolve import Loc, problem
 from app.errors import InvalidInput, NotFound
 from app.ids import utc_now
@@ -53,6 +53,10 @@ async def create(
 ) -> WebhookWithSecret:
     check_url(body.url, Allow.of(settings.webhook_allowed_hosts))
     async with sessions.begin() as session:
+        # One creator per tenant at a time, until commit: two at once would both count
+        # below the cap and both add one.
+        lock = func.pg_advisory_xact_lock(func.hashtextextended(f"webhooks:{tenant}", 0))
+        await session.execute(select(lock))
         count = await session.scalar(
             select(func.count()).select_from(Sub).where(Sub.tenant_id == tenant)
         )
@@ -185,7 +189,7 @@ async def enqueue(
         targets.append((own.signed_by, own.url))
     if not targets:
         return 0
-    now = utc_now()
+    now = await db_now(session)  # the senders compare its due time on Postgres's clock
     event_id = _id("evt")
     body = json.dumps(
         {"id": event_id, "type": event_type, "created_at": now.isoformat(), "data": data()},

@@ -174,3 +174,51 @@ async def test_a_step_and_the_next_start_are_one_commit(res: Resources, redis: R
         "step.completed",
     ]
     assert after == [*types, "task.started"]
+
+
+async def age_attempt(sessions: Sessions, task_id: str, attempt: int, ago: timedelta) -> None:
+    """Move an attempt's `task.started` event `ago` into the past, as if it started then."""
+    async with sessions.begin() as session:
+        found = await session.scalars(
+            select(models.Event).where(
+                models.Event.task_id == task_id, models.Event.type == "task.started"
+            )
+        )
+        for started in found:
+            if started.data.get("attempt") == attempt:
+                started.ts = utc_now() - ago
+        if attempt == 1:
+            task = await session.get_one(models.Task, task_id)
+            task.started_at = utc_now() - ago
+
+
+async def test_time_between_attempts_is_not_the_agents(sessions: Sessions, redis: Redis) -> None:
+    """An attempt ran 30 s of its 60 s, then its worker was lost; the next attempt starts
+    an hour later. It gets the 30 s left, not a `timeout` for the hour nobody ran it."""
+    task_id = await insert_task(sessions)
+    async with sessions.begin() as session:
+        task = await session.get_one(models.Task, task_id)
+        task.spec = {**task.spec, "limits": {**task.spec["limits"], "timeout_s": 60}}
+    first = await start(sessions, redis, task_id)
+    assert first is not None
+    assert first.used_s == 0.0
+    await age_attempt(sessions, task_id, 1, timedelta(hours=1))
+    long_ago = step(1).model_copy(
+        update={"started_at": utc_now() - timedelta(hours=1) + timedelta(seconds=20)}
+    )
+    await attempts.save_step(
+        sessions, redis, task_id, long_ago.model_copy(update={"llm_ms": 6000, "tool_ms": 4000})
+    )
+    second = await start(sessions, redis, task_id)  # the first one's worker was lost
+    assert second is not None, "not ended as timeout: the hour between was nobody's"
+    assert second.used_s == pytest.approx(30.0, abs=0.5)
+    await age_attempt(sessions, task_id, 2, timedelta(hours=1))
+    at_the_end = step(2).model_copy(
+        update={"started_at": utc_now() - timedelta(hours=1) + timedelta(seconds=29)}
+    )
+    await attempts.save_step(
+        sessions, redis, task_id, at_the_end.model_copy(update={"llm_ms": 1000})
+    )
+    assert await start(sessions, redis, task_id) is None, "30 + 30 s: its timeout is spent"
+    task = await row(sessions, task_id)
+    assert (task.status, task.finish_reason) == ("failed", "timeout")
