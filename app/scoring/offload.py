@@ -22,7 +22,7 @@ import concurrent.futures
 import multiprocessing
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pebble import ProcessPool
 
@@ -74,17 +74,22 @@ def close() -> None:
 atexit.register(close)
 
 
+class PoolSettings(Protocol):
+    """What the pool reads of the settings (`app.config.Settings` has both)."""
+
+    @property
+    def scoring_processes(self) -> int: ...
+    @property
+    def scoring_timeout_s(self) -> float: ...
+
+
 async def score_off_loop(
-    scorer: Scorer,
-    answer: str | None,
-    row: Mapping[str, Any],
-    *,
-    processes: int,
-    timeout_s: float,
+    scorer: Scorer, answer: str | None, row: Mapping[str, Any], settings: PoolSettings
 ) -> Score:
     """`score_answer` in a pool process: its Score, or ScorerError (its own, a timeout, or
     a process that died). Cancelling the caller kills the run."""
-    future = _the_pool(processes).schedule(
+    timeout_s = settings.scoring_timeout_s
+    future = _the_pool(settings.scoring_processes).schedule(
         _run, args=(scorer, answer, dict(row)), timeout=timeout_s
     )
     try:

@@ -176,11 +176,4 @@ async def _dispatch(
         # (between its create and start), the reaper removes it once the worker is gone.
         labels = {INSTANCE_LABEL: ctx.instance, WORKER_LABEL: ctx.name}
         return await score_in_sandbox(ctx.docker, image, scorer, answer, row, labels=labels)
-    settings = ctx.settings  # a built-in, after a regrade: in a process of the pool
-    return await score_off_loop(
-        scorer,
-        answer,
-        row,
-        processes=settings.scoring_processes,
-        timeout_s=settings.scoring_timeout_s,
-    )
+    return await score_off_loop(scorer, answer, row, ctx.settings)  # a built-in (regrade)

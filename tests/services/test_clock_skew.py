@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 
 import time_machine
 from redis.asyncio import Redis
-from sqlalchemy import insert
 
 from app.bus import episodes, files
 from app.config import Settings
@@ -26,6 +25,7 @@ from app.db.engine import Sessions
 from app.ids import utc_now
 from app.services.experiments import scoring as experiment_scoring
 from app.services.webhooks import delivery
+from tests.support.experiments import insert_scoring_item
 
 AHEAD = timedelta(seconds=700)
 """Past the scoring lease (its timeout 600 s + margin 30 s here) and the webhook lease."""
@@ -38,52 +38,21 @@ def clock_ahead(by: timedelta) -> Iterator[None]:
         yield
 
 
-async def scoring_item(sessions: Sessions) -> str:
-    exp_id = f"exp_clock{uuid.uuid4().hex[:8]}"
-    async with sessions.begin() as session:
-        session.add(
-            models.Experiment(
-                id=exp_id,
-                tenant_id="t1",
-                name="clock",
-                status="running",
-                spec={"arms": [], "scorer": {"kind": "llm_judge", "profile": "p"}},
-                meta={},
-            )
-        )
-        await session.flush()
-        await session.execute(
-            insert(models.ExperimentItem).values(
-                experiment_id=exp_id,
-                row_id="q0",
-                arm="a",
-                attempt=1,
-                seq=0,
-                row={"id": "q0"},
-                status="scoring",
-                answer="1",
-                detail={},
-                updated_at=utc_now(),
-            )
-        )
-    return exp_id
-
-
 async def test_a_worker_whose_clock_runs_ahead_takes_no_live_scoring_lease(
     sessions: Sessions,
 ) -> None:
-    exp_id = await scoring_item(sessions)
-    [mine] = await experiment_scoring.claim(sessions, limit=10, lease_s=630)
-    assert mine.experiment_id == exp_id
+    exp_id = await insert_scoring_item(sessions, {"kind": "llm_judge", "profile": "p"})
+    claimed = await experiment_scoring.claim(sessions, limit=100, lease_s=630)
+    assert [c.experiment_id for c in claimed].count(exp_id) == 1
     with clock_ahead(AHEAD):
-        taken = await experiment_scoring.claim(sessions, limit=10, lease_s=630)
+        taken = await experiment_scoring.claim(sessions, limit=100, lease_s=630)
     assert [c for c in taken if c.experiment_id == exp_id] == [], "the lease is still mine"
 
 
 async def test_a_sender_whose_clock_runs_ahead_takes_no_live_webhook_lease(
     sessions: Sessions, make_settings: Callable[..., Settings]
 ) -> None:
-    settings = make_settings(webhook_lease_s=60.0)
+    settings = make_settings(webhook_lease_s=60.0, webhook_batch=1000)
     delivery_id = f"whd_{uuid.uuid4().hex[:12]}"
     async with sessions.begin() as session:
         session.add(

@@ -12,10 +12,11 @@ import uuid
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from app.db import models
 from app.db.engine import Sessions
+from app.ids import utc_now
 from app.scripted import Script, ScriptedLLMServer, Turn
 
 ADMIN_KEY = "sk-admin-experiments-0123456789abcdef"
@@ -95,3 +96,39 @@ async def event_log(sessions: Sessions, exp_id: str) -> list[models.ExperimentEv
     async with sessions() as session:
         query = select(events).where(events.experiment_id == exp_id).order_by(events.seq)
         return list(await session.scalars(query))
+
+
+async def insert_scoring_item(
+    sessions: Sessions, scorer: dict[str, Any], *, claims: int = 0
+) -> str:
+    """A running experiment with one answer waiting in `scoring`, claimed `claims` times
+    before (as a crash or an older version could have left it); its id."""
+    exp_id = f"exp_scoring{uuid.uuid4().hex[:8]}"
+    async with sessions.begin() as session:
+        session.add(
+            models.Experiment(
+                id=exp_id,
+                tenant_id="t1",
+                name="scoring",
+                status="running",
+                spec={"arms": [], "scorer": scorer, "attempts": 1, "concurrency": 1},
+                meta={},
+            )
+        )
+        await session.flush()
+        await session.execute(
+            insert(models.ExperimentItem).values(
+                experiment_id=exp_id,
+                row_id="q0",
+                arm="a",
+                attempt=1,
+                seq=0,
+                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
+                status="scoring",
+                answer="1",
+                detail={},
+                updated_at=utc_now(),
+                scoring_claims=claims,
+            )
+        )
+    return exp_id

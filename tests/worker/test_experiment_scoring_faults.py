@@ -28,6 +28,7 @@ from app.scripted import Script, ScriptedLLMServer, Turn
 from app.worker.context import WorkerContext
 from app.worker.scoring import score_waiting
 from tests.api.conftest import serve
+from tests.support.experiments import insert_scoring_item
 from tests.worker.conftest import running_worker
 
 Item = models.ExperimentItem
@@ -142,39 +143,6 @@ async def test_a_lowered_maximum_a_broken_experiment_and_a_lone_surrogate_stop_n
         assert still.status == "running", "left as it was (and logged)"
 
 
-async def scoring_item(ctx: WorkerContext, scorer: dict[str, Any], claims: int = 0) -> str:
-    """An experiment with one answer waiting in `scoring`, claimed `claims` times before."""
-    exp_id = f"exp_claims{uuid.uuid4().hex[:8]}"
-    async with ctx.sessions.begin() as session:
-        session.add(
-            models.Experiment(
-                id=exp_id,
-                tenant_id="t1",
-                name="claimed",
-                status="running",
-                spec={"arms": [], "scorer": scorer, "attempts": 1, "concurrency": 1},
-                meta={},
-            )
-        )
-        await session.flush()
-        await session.execute(
-            insert(Item).values(
-                experiment_id=exp_id,
-                row_id="q0",
-                arm="a",
-                attempt=1,
-                seq=0,
-                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
-                status="scoring",
-                answer="1",
-                detail={},
-                updated_at=utc_now(),
-                scoring_claims=claims,
-            )
-        )
-    return exp_id
-
-
 async def the_item(ctx: WorkerContext, exp_id: str) -> models.ExperimentItem:
     async with ctx.sessions() as session:
         (item,) = await session.scalars(select(Item).where(Item.experiment_id == exp_id))
@@ -187,7 +155,9 @@ async def test_an_answer_claimed_the_maximum_times_without_a_result_is_not_score
     """Each claim died (its worker lost, Docker unreachable): the infrastructure's failure,
     left out of the results as such, never the scorer's verdict on the answer."""
     limit = ctx.settings.experiment_scoring_max_claims
-    exp_id = await scoring_item(ctx, {"kind": "llm_judge", "profile": "default"}, claims=limit)
+    exp_id = await insert_scoring_item(
+        ctx.sessions, {"kind": "llm_judge", "profile": "default"}, claims=limit
+    )
     assert await score_waiting(ctx) == 1
     item = await the_item(ctx, exp_id)
     assert (item.status, item.error_kind, item.score) == ("error", "infrastructure", None)
@@ -205,7 +175,7 @@ async def test_docker_failing_a_python_scorer_is_retried_not_the_answers_error(
         ctx, settings=ctx.settings.model_copy(update={"sandbox_image": "sandhive-gone:none"})
     )
     code = "def compute_score(agent_answer, ground_truth, **row):\n    return 1.0\n"
-    exp_id = await scoring_item(broken, {"kind": "python", "code": code})
+    exp_id = await insert_scoring_item(broken.sessions, {"kind": "python", "code": code})
     for claim in range(1, broken.settings.experiment_scoring_max_claims + 1):
         assert await score_waiting(broken) == 1
         item = await the_item(broken, exp_id)

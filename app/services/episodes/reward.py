@@ -86,13 +86,8 @@ async def reward(
             raise _failed(result)
         return RewardOut(score=result["score"], detail=result.get("detail") or {}, **base)
     try:
-        score = await score_off_loop(
-            scorer,
-            row.answer,
-            {"ground_truth": row.ground_truth},
-            processes=settings.scoring_processes,
-            timeout_s=settings.scoring_timeout_s,
-        )
+        truth = {"ground_truth": row.ground_truth}
+        score = await score_off_loop(scorer, row.answer, truth, settings)
     except ScorerError as exc:
         raise _failed(stored(scorer.kind, exc)) from exc
     return RewardOut(score=score.value, detail=score.detail, **base)

@@ -143,13 +143,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
     async def one(answer: str, row: Mapping[str, Any]) -> Score | ScorerError:
         try:
             with metrics.scoring(scorer.kind):
-                return await score_off_loop(
-                    scorer,
-                    answer,
-                    row,
-                    processes=settings.scoring_processes,
-                    timeout_s=settings.scoring_timeout_s,
-                )
+                return await score_off_loop(scorer, answer, row, settings)
         except ScorerError as exc:
             return exc
 
