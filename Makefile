@@ -7,8 +7,9 @@ install:  ## virtualenv with Sandhive, its dev tools and the Python client (clie
 	python3 -m venv .venv && .venv/bin/pip install -q -U pip && .venv/bin/pip install -q -e '.[dev]' -e clients/python
 
 reference-package:  ## the paper's package (its tools and runtime, not litellm) in .package-lib, for the listing-order test
-	test -d .package-lib/llm_in_sandbox || .venv/bin/pip install -q --disable-pip-version-check \
-		--target .package-lib --no-deps 'llm-in-sandbox==0.2.0' 'docker==7.1.0'
+	test -d .package-lib/llm_in_sandbox || { \
+		.venv/bin/pip install -q --disable-pip-version-check --target .package-lib 'docker==7.1.0' && \
+		.venv/bin/pip install -q --disable-pip-version-check --target .package-lib --no-deps 'llm-in-sandbox==0.2.0'; }
 
 fmt:      ## rewrite code in place
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .

@@ -595,7 +595,11 @@ class Settings(BaseSettings):
     experiment_scoring_max_claims: int = Field(default=3, ge=1)
     """How many times an answer's slow scoring may be taken up without a result (its worker
     died, or the scoring failed in a way worth retrying, such as Docker being unreachable)
-    before the item ends `error` of kind `scorer` ("scoring failed N times")."""
+    before the item ends `error` of kind `infrastructure` ("scoring failed N times"): not
+    scored, and a regrade scores it again."""
+    experiment_scoring_retry_s: float = Field(default=120.0, gt=0)
+    """After a try the infrastructure failed (a `python` scorer's sandbox that Docker could
+    not make or run), how long until the next; doubled at each further try."""
     unavailable_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of the 503s a call gets while Postgres (`database_unavailable`) or
     Redis (`redis_unavailable`) is unreachable."""

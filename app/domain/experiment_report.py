@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from app.schemas.experiments import (
+    ArmIntervalMethod,
     ArmResult,
     DomainResult,
-    IntervalMethod,
     IntervalOut,
     PairOut,
     Spread,
@@ -96,7 +96,7 @@ def _value(item: ItemLike) -> float:
     return float(item.score or 0.0)
 
 
-def interval(values: Sequence[float]) -> tuple[IntervalOut, IntervalMethod]:
+def interval(values: Sequence[float]) -> tuple[IntervalOut, ArmIntervalMethod]:
     """Wilson when every value is 0 or 1 (rows all passed or all failed), else a percentile
     bootstrap; the values are per-row means, so rows are what is resampled."""
     if all(value in (0.0, 1.0) for value in values):

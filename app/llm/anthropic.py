@@ -20,7 +20,7 @@ import httpx
 from app.agent.types import Completion, DeltaCallback, Message, ToolSchema
 from app.llm.anthropic_stream import MessageAssembler, StreamError
 from app.llm.anthropic_wire import parse_message, request_parts
-from app.llm.sse import sse_data
+from app.llm.sse import sse_data, sse_lines
 from app.llm.transport import Failure, HTTPChatModel, ModelOptions, transport_failure
 
 API_VERSION = "2023-06-01"
@@ -99,7 +99,7 @@ class AnthropicChatModel(HTTPChatModel):
     ) -> Completion | Failure:
         assembler = MessageAssembler(on_delta)
         try:
-            async for data in sse_data(response.aiter_lines()):
+            async for data in sse_data(sse_lines(response.aiter_text())):
                 await assembler.feed(json.loads(data))
             if not assembler.done:
                 raise StreamError("incomplete", "the stream ended before message_stop")

@@ -241,8 +241,10 @@ class ItemList(WireModel):
     """The items (filtered as the query asked)."""
 
 
-IntervalMethod = Literal["wilson", "bootstrap", "hoeffding"]
-"""How an interval was computed (docs/experiments.md, "Which estimator is which")."""
+ArmIntervalMethod = Literal["wilson", "bootstrap"]
+"""How an arm's interval was computed (docs/experiments.md, "Which estimator is which")."""
+PairIntervalMethod = Literal["bootstrap", "hoeffding"]
+"""How a paired difference's interval was computed (the same table)."""
 
 
 class IntervalOut(WireModel):
@@ -291,7 +293,7 @@ class ArmResult(WireModel):
     ci95: IntervalOut | None
     """95% interval of `mean`, over rows (a row's attempts are one cluster, not independent
     draws): Wilson when every row's mean is 0 or 1, else a percentile bootstrap of rows."""
-    ci95_method: IntervalMethod | None = None
+    ci95_method: ArmIntervalMethod | None = None
     """Which of the two `ci95` is: `wilson` or `bootstrap`."""
     pass_at_k: dict[str, float] | None
     """Unbiased pass@k for k = 1..attempts, over rows whose every attempt was scored
@@ -330,7 +332,7 @@ class PairOut(WireModel):
     ci95: IntervalOut
     """95% interval of `difference`: a paired bootstrap over rows from 20 rows whose
     differences vary, else Hoeffding's (wide, but right at any n): see `ci95_method`."""
-    ci95_method: IntervalMethod = "bootstrap"
+    ci95_method: PairIntervalMethod = "bootstrap"
     """`bootstrap` or `hoeffding`."""
     wins: int
     """Rows where a scored higher than b (by more than 1e-9)."""
@@ -343,7 +345,7 @@ class PairOut(WireModel):
     verdict: Literal["a_higher", "b_higher", "no_clear_difference", "too_few_pairs"] = (
         "no_clear_difference"
     )
-    """`too_few_pairs` below 6 rows with a winner (no sign test can reach p < 0.05 there);
+    """`too_few_pairs` below 8 rows with a winner (no clear difference can be shown there);
     `a_higher` / `b_higher` only when p < 0.05 and the interval lies on that side of 0."""
 
 

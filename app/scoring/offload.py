@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import multiprocessing
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ from pebble import ProcessPool
 
 from app.scoring.types import Score, Scorer, ScorerError, score_answer
 
-PRELOAD = ["app.scoring.registry", "app.scoring.math", "app.scoring.text"]
+PRELOAD = ["app.scoring.offload", "app.scoring.registry", "app.scoring.math", "app.scoring.text"]
 """Imported once by the forkserver, so each pool process starts with them."""
 MAX_TASKS_PER_PROCESS = 500
 """A process is replaced after this many answers (whatever a library keeps, it keeps less)."""
@@ -71,7 +72,15 @@ def close() -> None:
         pool.join(timeout=5)
 
 
+def _forget_in_child() -> None:
+    """A forked child (the tests' zygote forks app processes) has its parent's pool object
+    but none of its processes or threads: it makes its own on first use."""
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
 atexit.register(close)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class PoolSettings(Protocol):
@@ -88,11 +97,18 @@ async def score_off_loop(
 ) -> Score:
     """`score_answer` in a pool process: its Score, or ScorerError (its own, a timeout, or
     a process that died). Cancelling the caller kills the run."""
-    timeout_s = settings.scoring_timeout_s
-    future = _the_pool(settings.scoring_processes).schedule(
-        _run, args=(scorer, answer, dict(row)), timeout=timeout_s
-    )
+    # A scorer's own bound (the math scorer's `timeout_s`) is per step: it may ask for more.
+    timeout_s = max(settings.scoring_timeout_s, float(getattr(scorer, "timeout_s", 0) or 0))
+    future: concurrent.futures.Future[Outcome] | None = None
     try:
+        # In a thread: the first call starts the pool's processes (an interpreter and SymPy
+        # each), which would otherwise block this loop for seconds.
+        future = await asyncio.to_thread(
+            _the_pool(settings.scoring_processes).schedule,
+            _run,
+            args=(scorer, answer, dict(row)),
+            timeout=timeout_s,
+        )
         kind, value, detail = await asyncio.wrap_future(future)
     except concurrent.futures.TimeoutError:
         raise ScorerError(
@@ -101,7 +117,8 @@ async def score_off_loop(
             {"timeout_s": timeout_s},
         ) from None
     except asyncio.CancelledError:
-        future.cancel()  # type: ignore[no-untyped-call]
+        if future is not None:
+            future.cancel()
         raise
     except Exception as exc:  # the process died (out of memory, killed): this answer's error
         raise ScorerError(

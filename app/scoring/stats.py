@@ -47,9 +47,10 @@ TIE_TOLERANCE = 1e-9
 """Paired differences this close to 0 are ties: float noise (0.1 + 0.2 - 0.3) is no win."""
 BOOTSTRAP_MIN_PAIRS = 20
 """Fewer paired rows than this get Hoeffding's interval instead of a bootstrap."""
-MIN_PAIRS = 6
-"""Below this many rows with a winner no two-sided sign test can reach p < 0.05 (5 of 5
-wins: p = 0.0625), so the comparison says "too few pairs"."""
+MIN_PAIRS = 8
+"""Below this many rows with a winner no clear difference can be shown: a two-sided sign
+test needs 6 (5 of 5 wins: p = 0.0625) and Hoeffding's interval, which small n gets, needs
+8 rows all won to exclude 0; so the comparison says "too few pairs"."""
 
 IntervalMethod = Literal["bootstrap", "hoeffding"]
 Verdict = Literal["a_higher", "b_higher", "no_clear_difference", "too_few_pairs"]
@@ -169,6 +170,8 @@ def hoeffding_interval(
     """
     items = _nonempty(values, "hoeffding_interval")
     _check_resampling(1, confidence)
+    if not all(low <= value <= high for value in items):
+        raise ValueError(f"hoeffding_interval: every value must lie in [{low}, {high}]")
     centre = mean(items)
     half = (high - low) * math.sqrt(math.log(2 / (1 - confidence)) / (2 * len(items)))
     return Interval(max(low, centre - half), min(high, centre + half))
@@ -247,7 +250,8 @@ def paired_comparison(
     if not common:
         raise ValueError("paired_comparison needs at least one row scored in both arms")
     pairs = [(a[key], b[key]) for key in common]
-    differences = [0.0 if abs(x - y) <= TIE_TOLERANCE else x - y for x, y in pairs]
+    noise = min(tie_tolerance, TIE_TOLERANCE)  # float noise is 0 in the mean too
+    differences = [0.0 if abs(x - y) <= noise else x - y for x, y in pairs]
     n = len(differences)
     method: IntervalMethod
     if n >= BOOTSTRAP_MIN_PAIRS and len(set(differences)) > 1:

@@ -73,15 +73,24 @@ class FileServer:
                     log.warning("files: lost touch with Redis: %r", exc)
                     await asyncio.sleep(PAUSE_S)
                     continue
-                if request is not None and not await bus.expired(self.ctx.redis, request):
+                if request is not None and not await self._expired(request):
                     group.create_task(self._handle(request))
+
+    async def _expired(self, request: dict[str, Any]) -> bool:
+        """Whether its caller stopped waiting; not known (Redis unreachable for its clock):
+        served, as before deadlines were read on Redis's clock. Never raises, so a Redis
+        blip cannot end the file server."""
+        try:
+            return await bus.expired(self.ctx.redis, request)
+        except (RedisError, OSError):
+            return False
 
     async def _handle(self, request: dict[str, Any]) -> None:
         task_id = str(request.get("task_id"))
         self._users[task_id] += 1
         try:
             async with self._per_task[task_id], self._per_worker:
-                if await bus.expired(self.ctx.redis, request):
+                if await self._expired(request):
                     return  # it waited its turn past its caller's patience
                 await self._answer(request)
         finally:
@@ -100,7 +109,7 @@ class FileServer:
         # (A read's last answer comes after chunks its reader is taking: always sent.)
         with suppress(RedisError, OSError):
             if final is not None and (
-                request.get("op") == "read" or not await bus.expired(self.ctx.redis, request)
+                request.get("op") == "read" or not await self._expired(request)
             ):
                 await bus.answer(self.ctx.redis, reply, final)
 

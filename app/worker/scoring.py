@@ -82,8 +82,9 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
     except asyncio.CancelledError:  # the worker stops: the next one need not wait the lease
         await _release(ctx, claimed)
         raise
-    except RETRIED_ERRORS:  # tried again at the next round, not after the whole lease
-        await _release(ctx, claimed, counted=True)
+    except RETRIED_ERRORS:  # tried again after a backoff, not after the whole lease
+        delay = ctx.settings.experiment_scoring_retry_s * 2 ** max(claimed.claims - 1, 0)
+        await _release(ctx, claimed, retry_in_s=delay)
         raise
     try:
         events = await experiment_scoring.write_score(ctx.sessions, claimed, found)
@@ -100,11 +101,13 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
     await wake_followers(ctx.redis, claimed.experiment_id, events)
 
 
-async def _release(ctx: WorkerContext, claimed: Claimed, *, counted: bool = False) -> None:
+async def _release(
+    ctx: WorkerContext, claimed: Claimed, *, retry_in_s: float | None = None
+) -> None:
     """Give the lease back, shielded from the cancellation under way (best effort: a lease
     not given back only expires)."""
     releasing = asyncio.ensure_future(
-        experiment_scoring.release(ctx.sessions, claimed, counted=counted)
+        experiment_scoring.release(ctx.sessions, claimed, retry_in_s=retry_in_s)
     )
     try:
         await asyncio.shield(releasing)
@@ -124,7 +127,7 @@ async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
             f"scoring failed {limit} times (SANDHIVE_EXPERIMENT_SCORING_MAX_CLAIMS): "
             "each try ended without a result (its worker lost, Docker unreachable); see the "
             "workers' logs",
-            {"claims": limit},
+            {"claims": limit, "stage": "scoring"},  # a regrade scores it again
         )
     try:
         scorer = stored_scorer(claimed.scorer, ctx.settings)

@@ -476,3 +476,18 @@ async def test_stream_auth_errors_are_close_codes_and_the_token_is_read(
     assert (missing, code_missing) == ([], 4401)
     assert (wrong, code_wrong) == ([], 4401)
     assert reason_missing != reason_wrong  # the ?token= reached the key check
+
+
+async def test_model_text_with_line_separators_stays_one_sse_line(
+    server: LiveServer, sessions: Sessions, redis: Redis
+) -> None:
+    """U+2028 and friends in a step's text (raw in JSON) would end the `data:` line for a
+    reader that splits like `str.splitlines` (httpx's `aiter_lines`, the Python client)."""
+    thought = "I give up\u2028here\u2029and\x85there"
+    task_id = await insert_task(sessions, status="running")
+    await emit(sessions, redis, task_id, "step.finished", thought=thought)
+    await emit(sessions, redis, task_id, events.TASK_FINISHED, status="succeeded")
+    async with sessions.begin() as session:
+        (await session.get_one(Task, task_id)).status = "succeeded"
+    got = await read_sse(server.base_url, f"/v1/tasks/{task_id}/events")
+    assert [m["data"].get("thought") for m in got if m["type"] == "step.finished"] == [thought]

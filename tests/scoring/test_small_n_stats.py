@@ -154,3 +154,20 @@ def test_two_attempts_per_row_and_missing_pairs() -> None:
     half = 2 * math.sqrt(math.log(40) / 4)
     assert pair.ci95.low == max(-1.0, 0.5 - half)
     assert pair.ci95.high == 1.0
+
+
+def test_seven_rows_all_won_are_too_few_and_eight_are_enough() -> None:
+    """The threshold is where a clear verdict becomes possible at all: 7 wins pass the sign
+    test (p = 0.016) but Hoeffding's interval still holds 0; 8 wins exclude it."""
+    seven = paired_comparison({f"r{i}": 1.0 for i in range(7)}, {f"r{i}": 0.0 for i in range(7)})
+    assert seven.p_value < 0.05
+    assert seven.interval.low < 0.0
+    assert seven.verdict == "too_few_pairs"
+    eight = paired_comparison({f"r{i}": 1.0 for i in range(8)}, {f"r{i}": 0.0 for i in range(8)})
+    assert eight.interval.low > 0.0
+    assert eight.verdict == "a_higher"
+
+
+def test_hoeffding_refuses_values_outside_its_bounds() -> None:
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        hoeffding_interval([0.5, 1.5], 0, 1)

@@ -169,17 +169,21 @@ async def test_docker_failing_a_python_scorer_is_retried_not_the_answers_error(
     ctx: WorkerContext,
 ) -> None:
     """The scorer's sandbox cannot be made (here: its image is gone). That says nothing of
-    the answer: the claim is given back at once for another try, and only a run of such
-    tries ends the item, as `infrastructure`."""
-    broken = dataclasses.replace(
-        ctx, settings=ctx.settings.model_copy(update={"sandbox_image": "sandhive-gone:none"})
-    )
+    the answer: the claim is given back to be tried again after a backoff (doubled each
+    time), and only a run of such tries ends the item, as `infrastructure`, which a
+    regrade scores again."""
+    update = {"sandbox_image": "sandhive-gone:none", "experiment_scoring_retry_s": 0.2}
+    broken = dataclasses.replace(ctx, settings=ctx.settings.model_copy(update=update))
     code = "def compute_score(agent_answer, ground_truth, **row):\n    return 1.0\n"
     exp_id = await insert_scoring_item(broken.sessions, {"kind": "python", "code": code})
     for claim in range(1, broken.settings.experiment_scoring_max_claims + 1):
         assert await score_waiting(broken) == 1
         item = await the_item(broken, exp_id)
-        assert (item.status, item.scoring_claims, item.scoring_until) == ("scoring", claim, None)
+        assert (item.status, item.scoring_claims) == ("scoring", claim)
+        assert item.scoring_until is not None, "tried again later, not at once"
+        assert await score_waiting(broken) == 0, "not before its backoff"
+        await asyncio.sleep(0.2 * 2 ** (claim - 1) + 0.1)
     assert await score_waiting(broken) == 1
     item = await the_item(broken, exp_id)
     assert (item.status, item.error_kind) == ("error", "infrastructure")
+    assert item.detail["stage"] == "scoring"

@@ -28,6 +28,7 @@ from app.api.query import known_query_only
 from app.api.streaming import SEQ_MAX, Closing, Stopping
 from app.errors import AppError
 from app.resources import Resources
+from app.schemas.lines import one_line
 from app.schemas.tasks import ErrorOut
 from app.services.experiments import events as experiment_events
 from app.services.experiments.events import ExperimentFrame
@@ -134,4 +135,4 @@ async def _sse_send_frames(send: Send, frames: AsyncIterator[ExperimentFrame | N
 def _sse_frame(frame: ExperimentFrame | None) -> str:
     if frame is None:
         return ": keepalive\n\n"
-    return f"id: {frame.event.seq}\nevent: {frame.event.type}\ndata: {frame.json}\n\n"
+    return f"id: {frame.event.seq}\nevent: {frame.event.type}\ndata: {one_line(frame.json)}\n\n"

@@ -35,6 +35,7 @@ from app.api.streaming import SEQ_MAX, Closing, Stopping
 from app.bus.fanout import LiveHub, SlowConsumer
 from app.errors import NotFound
 from app.resources import Resources
+from app.schemas.lines import one_line
 from app.services import events
 from app.states import is_terminal
 
@@ -192,4 +193,4 @@ def _sse_frame(item: events.StreamEvent | None) -> str:
     if item is None:
         return ": keepalive\n\n"
     seq = f"id: {item.event.seq}\n" if item.event.seq is not None else ""
-    return f"{seq}event: {item.event.type}\ndata: {item.json}\n\n"
+    return f"{seq}event: {item.event.type}\ndata: {one_line(item.json)}\n\n"

@@ -145,8 +145,16 @@ async def regrade(
 
 
 def _judged() -> Any:
-    """Items whose answer a scorer saw: scored, or a scorer's error."""
-    return or_(Item.status == "scored", and_(Item.status == "error", Item.error_kind == "scorer"))
+    """Items whose answer a scorer saw or was to see: scored, a scorer's error, or not
+    scored because the infrastructure failed every try (`stage: scoring`)."""
+    unscored = and_(
+        Item.status == "error",
+        Item.error_kind == "infrastructure",
+        Item.detail["stage"].astext == "scoring",
+    )
+    return or_(
+        Item.status == "scored", and_(Item.status == "error", Item.error_kind == "scorer"), unscored
+    )
 
 
 def _archive(grading: int, scorer: Mapping[str, Any]) -> Any:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,7 +29,7 @@ from sqlalchemy import exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
-from app.bus import queue
+from app.bus import keys, queue
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -51,7 +52,10 @@ Item = models.ExperimentItem
 Event = tuple[str, dict[str, Any]]
 WORK_LEFT = ("pending", "running", "scoring")
 SCORE_BATCH = 200
-"""Items scored per experiment and transaction; the rest wait for the next tick."""
+"""Items recorded per experiment and transaction; the rest wait for the next tick."""
+PRESCORE_ROUNDS = 8
+"""Answers a step scores with a built-in scorer: this many per pool process, so a step's
+scoring is bounded (8 x `SANDHIVE_SCORING_TIMEOUT_S` at worst); the rest wait a tick."""
 AGENT_REASONS = frozenset(
     {FinishReason.max_steps, FinishReason.context_limit, FinishReason.timeout}
 )
@@ -81,7 +85,41 @@ async def advance(
     sessions: Sessions, redis: Redis, settings: Settings, experiment_id: str
 ) -> list[str]:
     """One step of one experiment; the ids of the tasks it started (none if another holds it)."""
-    prescored = await _prescore(sessions, settings, experiment_id)
+    async with _scoring_turn(redis, settings, experiment_id) as mine:
+        prescored = await _prescore(sessions, settings, experiment_id) if mine else {}
+        return await _advance(sessions, redis, settings, experiment_id, prescored)
+
+
+@asynccontextmanager
+async def _scoring_turn(
+    redis: Redis, settings: Settings, experiment_id: str
+) -> AsyncIterator[bool]:
+    """Whether this process scores the experiment's answers this step: one worker at a time
+    (every worker advances every experiment each tick; the others would score the same
+    answers and throw the scores away). Redis unreachable: every one may, as before."""
+    key = f"{keys.PREFIX}:experiments:{experiment_id}:scoring"
+    # As long as a step's scoring can take (its answers on every pool process in turn), so
+    # a worker that died holding it delays the others that long at most.
+    ttl_ms = int((settings.scoring_timeout_s * PRESCORE_ROUNDS + 30) * 1000)
+    try:
+        mine = bool(await redis.set(key, "1", nx=True, px=ttl_ms))
+    except (RedisError, OSError):
+        mine = True
+    try:
+        yield mine
+    finally:
+        if mine:
+            with suppress(RedisError, OSError):
+                await redis.delete(key)
+
+
+async def _advance(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    experiment_id: str,
+    prescored: Prescored,
+) -> list[str]:
     async with sessions.begin() as session:
         exp = await session.scalar(
             select(models.Experiment)
@@ -136,7 +174,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
                 .where(Item.experiment_id == experiment_id, Item.status == "running")
                 .where(task.status == TaskStatus.succeeded, task.answer.is_not(None))
                 .order_by(Item.seq)
-                .limit(SCORE_BATCH)
+                .limit(settings.scoring_processes * PRESCORE_ROUNDS)
             )
         ).all()
 

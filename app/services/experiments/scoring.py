@@ -102,18 +102,24 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
     ]
 
 
-async def release(sessions: Sessions, claimed: Claimed, *, counted: bool = False) -> bool:
-    """Give the lease back unscored, so another worker takes the item at once rather than
-    once the lease expires: a worker stopping mid-scoring (the claim is not counted against
-    the item's limit), or one whose infrastructure failed the try (`counted`: it is, so a
-    Docker that stays unreachable ends the item). False if the lease was not this claim's
-    any more."""
-    claims = Item.scoring_claims if counted else func.greatest(Item.scoring_claims - 1, 0)
+async def release(sessions: Sessions, claimed: Claimed, *, retry_in_s: float | None = None) -> bool:
+    """Give the lease back unscored: a worker stopping mid-scoring (another worker takes
+    the item at once, and the claim is not counted against the item's limit), or one whose
+    infrastructure failed the try (`retry_in_s`: the item is tried again that long from
+    now on Postgres's clock, the claim counted, so a Docker that stays unreachable ends it
+    after `experiment_scoring_max_claims` tries spread over minutes, not seconds). False
+    if the lease was not this claim's any more."""
     async with sessions.begin() as session:
+        claims: Any = Item.scoring_claims  # counted
+        until: datetime | None = None
+        if retry_in_s is None:
+            claims = func.greatest(Item.scoring_claims - 1, 0)
+        else:
+            until = await db_now(session) + timedelta(seconds=retry_in_s)
         released = await session.scalar(
             update(Item)
             .where(*_leased(claimed))
-            .values(scoring_until=None, scoring_claims=claims)
+            .values(scoring_until=until, scoring_claims=claims)
             .returning(Item.row_id)
             .execution_options(synchronize_session=False)
         )

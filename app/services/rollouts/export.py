@@ -21,6 +21,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.domain.rollout_capture import rebuild
 from app.domain.rollout_groups import Member, groups_of, rollouts_by_task
+from app.schemas.lines import one_line
 from app.schemas.rollouts import GroupOut, RolloutOut
 from app.services.experiments.service import find_experiment
 from app.services.visibility import find_task
@@ -129,16 +130,9 @@ async def _lines(
         yield jsonl_line(line)
 
 
-LINE_BREAKERS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
-"""Characters JSON leaves raw in strings that `str.splitlines` (and so `iter_lines` and many
-JSONL readers) ends a line at; escaped, a line is one line to every reader."""
-
-
 def jsonl_line(value: Mapping[str, Any]) -> str:
     """One JSONL line, UTF-8 text kept readable, nothing in it that a reader splits at."""
-    return (
-        json.dumps(value, ensure_ascii=False, separators=(",", ":")).translate(LINE_BREAKERS) + "\n"
-    )
+    return one_line(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) + "\n"
 
 
 def rollout_line(

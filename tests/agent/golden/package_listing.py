@@ -10,7 +10,7 @@ be recorded once: tests/agent/test_reference_listing_order.py runs this beside S
 
 Only the package's tool and runtime code runs. Its agent module imports `litellm` for the
 model call, which none of this makes: an empty module stands in, so `make reference-package`
-installs just the package and docker-py (`--no-deps`), not litellm's tree.
+installs the package without its dependencies (not litellm's tree) and docker-py with its own.
 """
 
 from __future__ import annotations
