@@ -245,3 +245,31 @@ async def test_cancelling_while_a_regrade_is_under_way_is_409_and_changes_nothin
         message = assert_error(cancelled, 409, "conflict")["message"]
         assert message == f"experiment {exp['id']} is being regraded; wait for it to end"
         assert await snapshot(sessions, exp["id"]) == before, "nothing changed"
+
+
+async def test_a_regrade_scores_answers_the_infrastructure_never_could(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """An answer whose scoring failed every try (Docker gone) was never judged: a regrade
+    queues it as it does the scored ones; an item whose task failed stays as it is."""
+    async with serve(create_app(make_settings())) as client:
+        exp = (await client.post("/v1/experiments", json=experiment())).json()
+        url = f"/v1/experiments/{exp['id']}"
+        await ended(sessions, exp["id"])
+        unscored = {"message": "scoring failed 3 times", "claims": 3, "stage": "scoring"}
+        async with sessions.begin() as session:
+            await session.execute(
+                update(Item)
+                .where(Item.experiment_id == exp["id"], Item.row_id == "q2")
+                .values(status="error", score=None, error_kind="infrastructure", detail=unscored)
+            )
+            await session.execute(
+                update(Item)
+                .where(Item.experiment_id == exp["id"], Item.row_id == "q3")
+                .values(status="error", score=None, error_kind="infrastructure", answer=None)
+            )
+        answer = await client.post(f"{url}/regrade", json={"scorer": {"kind": "exact"}})
+        assert answer.status_code == 202, answer.text
+        items = (await client.get(f"{url}/items")).json()["items"]
+    by_row = {(i["row_id"], i["status"]) for i in items}
+    assert by_row == {("q1", "scoring"), ("q2", "scoring"), ("q3", "error")}
