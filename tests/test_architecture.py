@@ -51,5 +51,6 @@ def test_a_mapped_room_that_is_gone_and_the_budgets_are_named(tmp_path: Path) ->
         "app/ has 13 modules at its root (at most 12): "
         + str(sorted(p.name for p in app.glob("*.py")))
         + "; put the new one in the package of its layer and feature",
-        "app/bus has 34 modules and no sub-package (at most 20): group them by feature",
+        f"app/bus has {len(list((app / 'bus').glob('*.py')))} modules and no sub-package "
+        "(at most 20): group them by feature",
     ], found

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
-from app.scripted import ScriptedLLMServer
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.e2e.fault_harness import (
     cluster_with_api,
     containers,
@@ -27,7 +27,6 @@ from tests.e2e.fault_harness import (
     wait_terminal,
     wait_until,
 )
-from tests.e2e.test_faults_worker_killed import slow_script
 from tests.support.private_redis import PrivateRedis
 
 TIMEOUT_S, COLLECT_GRACE_S, DEADLINE_GRACE_S = 8, 1.0, 2.0
@@ -48,7 +47,12 @@ def test_a_dead_workers_sandbox_and_volume_go_at_their_deadline(
     scripted_llm: ScriptedLLMServer,
     tmp_path: Path,
 ) -> None:
-    scripted_llm.add_script("fault-deadline-abandoned", slow_script(delay_s=1.0))
+    # Slow steps, more than TIMEOUT_S of them: no attempt can finish.
+    endless = [
+        Turn(tool="execute_bash", arguments={"command": f"echo step{i}"}, delay_s=1.0)
+        for i in range(30)
+    ]
+    scripted_llm.add_script("fault-deadline-abandoned", Script(turns=endless))
     config = fault_settings(
         settings,
         private_redis.url,
@@ -84,11 +88,12 @@ def test_a_dead_workers_sandbox_and_volume_go_at_their_deadline(
         assert lived >= DEADLINE_S - 0.5, f"gone after {lived:.1f} s, before its deadline"
         wait_until("its workdir volume to go", lambda: not docker_inspect("volume", volume), 10)
 
-        # Only now does a worker come back: the task's time is spent, so it ends `timeout`.
+        # Only now does a worker come back. The wait was nobody's, so it is not charged:
+        # attempt 2 runs with what attempt 1 left and ends `timeout` once that is spent.
         procs.start_worker("rescuer")
-        task = wait_terminal(client, task_id, timeout_s=60)
+        task = wait_terminal(client, task_id, timeout_s=60 + TIMEOUT_S)
         assert (task["status"], task["finish_reason"]) == ("failed", "timeout"), procs.logs()
-        assert task["attempt"] == 1
+        assert task["attempt"] == 2
         assert containers_left(f"sandhive.task={task_id}") == []
         leftover = ["docker", "volume", "ls", "-q", "--filter", f"label=sandhive.task={task_id}"]
         assert subprocess.run(leftover, capture_output=True, text=True, check=True).stdout == ""
