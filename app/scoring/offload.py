@@ -10,8 +10,12 @@ renewals (past its lease other workers take its tasks and end its episodes as
 outlived its timeout and starts another), and a timeout is that answer's scorer error.
 
 One pool per process, made on first use with the settings it was first asked with
-(`scoring_processes`, `scoring_timeout_s`). Its processes come from a forkserver with the
-scorers preloaded, so a replaced process costs a fork, not an interpreter and SymPy.
+(`scoring_processes`, `scoring_timeout_s`). Its processes are forks of this one: they start
+with the scorers (and SymPy) already imported and cost a fork, not an interpreter. Not
+"spawn" or "forkserver": those run the parent's `__main__` again in every process (the
+console script, the tests' zygote with the whole app), seconds of CPU each. A fork of a
+threaded process is safe enough for what the child does: it runs one scorer, takes no lock
+another thread could hold but the ones Python resets after a fork (logging's, imports').
 """
 
 from __future__ import annotations
@@ -29,8 +33,6 @@ from pebble import ProcessPool
 
 from app.scoring.types import Score, Scorer, ScorerError, score_answer
 
-PRELOAD = ["app.scoring.offload", "app.scoring.registry", "app.scoring.math", "app.scoring.text"]
-"""Imported once by the forkserver, so each pool process starts with them."""
 MAX_TASKS_PER_PROCESS = 500
 """A process is replaced after this many answers (whatever a library keeps, it keeps less)."""
 
@@ -54,8 +56,7 @@ def _the_pool(processes: int) -> ProcessPool:
     global _pool
     with _lock:
         if _pool is None or not _pool.active:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(PRELOAD)
+            context = multiprocessing.get_context("fork")
             _pool = ProcessPool(
                 max_workers=processes, max_tasks=MAX_TASKS_PER_PROCESS, context=context
             )
@@ -99,16 +100,16 @@ async def score_off_loop(
     a process that died). Cancelling the caller kills the run."""
     # A scorer's own bound (the math scorer's `timeout_s`) is per step: it may ask for more.
     timeout_s = max(settings.scoring_timeout_s, float(getattr(scorer, "timeout_s", 0) or 0))
-    future: concurrent.futures.Future[Outcome] | None = None
+    # In a thread: the first call starts the pool's processes, which would otherwise block
+    # this loop (a fork of a large process takes a while). A pool that cannot start
+    # raises here: the infrastructure's failure, the caller's to retry, not a verdict.
+    future: concurrent.futures.Future[Outcome] = await asyncio.to_thread(
+        _the_pool(settings.scoring_processes).schedule,
+        _run,
+        args=(scorer, answer, dict(row)),
+        timeout=timeout_s,
+    )
     try:
-        # In a thread: the first call starts the pool's processes (an interpreter and SymPy
-        # each), which would otherwise block this loop for seconds.
-        future = await asyncio.to_thread(
-            _the_pool(settings.scoring_processes).schedule,
-            _run,
-            args=(scorer, answer, dict(row)),
-            timeout=timeout_s,
-        )
         kind, value, detail = await asyncio.wrap_future(future)
     except concurrent.futures.TimeoutError:
         raise ScorerError(
@@ -117,8 +118,7 @@ async def score_off_loop(
             {"timeout_s": timeout_s},
         ) from None
     except asyncio.CancelledError:
-        if future is not None:
-            future.cancel()
+        future.cancel()
         raise
     except Exception as exc:  # the process died (out of memory, killed): this answer's error
         raise ScorerError(
