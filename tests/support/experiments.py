@@ -98,21 +98,23 @@ async def event_log(sessions: Sessions, exp_id: str) -> list[models.ExperimentEv
         return list(await session.scalars(query))
 
 
-async def insert_scoring_item(
-    sessions: Sessions, scorer: dict[str, Any], *, claims: int = 0
+async def insert_one_item_experiment(
+    sessions: Sessions, spec: dict[str, Any], *, prefix: str = "exp_one", **item: Any
 ) -> str:
-    """A running experiment with one answer waiting in `scoring`, claimed `claims` times
-    before (as a crash or an older version could have left it); its id."""
-    exp_id = f"exp_scoring{uuid.uuid4().hex[:8]}"
+    """A running experiment of `spec` with one item, row q0 of arm a, written as a crash or
+    an older version could have left it (`item`: its columns besides the key); its id."""
+    exp_id = f"{prefix}{uuid.uuid4().hex[:8]}"
+    created = item.pop("experiment_created_at", None)
     async with sessions.begin() as session:
         session.add(
             models.Experiment(
                 id=exp_id,
                 tenant_id="t1",
-                name="scoring",
+                name=prefix,
                 status="running",
-                spec={"arms": [], "scorer": scorer, "attempts": 1, "concurrency": 1},
+                spec=spec,
                 meta={},
+                **({"created_at": created} if created is not None else {}),
             )
         )
         await session.flush()
@@ -124,11 +126,20 @@ async def insert_scoring_item(
                 attempt=1,
                 seq=0,
                 row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
-                status="scoring",
-                answer="1",
                 detail={},
                 updated_at=utc_now(),
-                scoring_claims=claims,
+                **item,
             )
         )
     return exp_id
+
+
+async def insert_scoring_item(
+    sessions: Sessions, scorer: dict[str, Any], *, claims: int = 0
+) -> str:
+    """A running experiment with one answer waiting in `scoring`, claimed `claims` times
+    before; its id."""
+    spec = {"arms": [], "scorer": scorer, "attempts": 1, "concurrency": 1}
+    return await insert_one_item_experiment(
+        sessions, spec, prefix="exp_scoring", status="scoring", answer="1", scoring_claims=claims
+    )

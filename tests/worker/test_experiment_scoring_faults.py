@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from app.api.app import create_app
 from app.config import Settings
@@ -28,7 +28,7 @@ from app.scripted import Script, ScriptedLLMServer, Turn
 from app.worker.context import WorkerContext
 from app.worker.scoring import score_waiting
 from tests.api.conftest import serve
-from tests.support.experiments import insert_scoring_item
+from tests.support.experiments import insert_one_item_experiment, insert_scoring_item
 from tests.worker.conftest import running_worker
 
 Item = models.ExperimentItem
@@ -65,34 +65,14 @@ async def settled(client: httpx.AsyncClient, url: str, timeout_s: float = 120) -
 
 async def broken_experiment(sessions: Sessions) -> str:
     """Older than any other, with a pending item and a spec advancing cannot read."""
-    exp_id = f"exp_broken{uuid.uuid4().hex[:8]}"
-    async with sessions.begin() as session:
-        session.add(
-            models.Experiment(
-                id=exp_id,
-                tenant_id="t1",
-                name="broken",
-                status="running",
-                spec={"scorer": {"kind": "math"}, "attempts": 1},  # no arms, no concurrency
-                meta={},
-                created_at=utc_now().replace(year=2020),
-            )
-        )
-        await session.flush()
-        await session.execute(
-            insert(Item).values(
-                experiment_id=exp_id,
-                row_id="q0",
-                arm="a",
-                attempt=1,
-                seq=0,
-                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
-                status="pending",
-                detail={},
-                updated_at=utc_now(),
-            )
-        )
-    return exp_id
+    spec = {"scorer": {"kind": "math"}, "attempts": 1}  # no arms, no concurrency
+    return await insert_one_item_experiment(
+        sessions,
+        spec,
+        prefix="exp_broken",
+        status="pending",
+        experiment_created_at=utc_now().replace(year=2020),
+    )
 
 
 SCORER = """
