@@ -6,14 +6,18 @@ For each count: a scratch database (migrated to head) gets one experiment whose 
 carry a `row` of `--row-kib` KiB (a long-context row's documents), an answer and a
 finished task; then `get_results` and the whole export (`open_experiment_export`, read to
 its end) run in this process under `tracemalloc`, and the peak of Python allocations of
-each is printed. The goal (issue #36): flat in the row size, a few hundred bytes per item.
+each is printed, with the dataset's size and what the two tables take on disk (the row is
+stored once per experiment, not per item). The goal (issue #36): flat in the row size; the
+export flat in the number of items too (a page at a time).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
 import sys
 import time
 import tracemalloc
@@ -52,14 +56,20 @@ async def fill(url: str, items: int, row_kib: int) -> str:
             TENANT,
             json.dumps(spec),
         )
-        document = "x" * (row_kib * 1024)
-        tasks, rows = [], []
+        document = base64.b64encode(os.urandom(row_kib * 768)).decode()  # TOAST can't shrink it
+        tasks, rows, dataset = [], [], []
         for seq in range(items):
             task_id = f"tsk_{uuid.uuid4().hex[:20]}"
             arm, row_id = ("a", "b")[seq % 2], f"r{seq // 2}"
-            row = {"id": row_id, "problem_statement": "p", "ground_truth": "1", "doc": document}
+            if arm == "a":
+                row = {"id": row_id, "problem_statement": "p", "ground_truth": "1", "doc": document}
+                dataset.append((exp_id, row_id, json.dumps(row)))
             tasks.append((task_id, TENANT, json.dumps({})))
-            rows.append((exp_id, row_id, arm, seq, json.dumps(row), task_id, float(seq % 3 == 0)))
+            rows.append((exp_id, row_id, arm, seq, task_id, float(seq % 3 == 0)))
+        await conn.executemany(
+            "INSERT INTO experiment_rows (experiment_id, row_id, row) VALUES ($1, $2, $3)",
+            dataset,
+        )
         await conn.executemany(
             "INSERT INTO tasks (id, tenant_id, status, prompt, spec, metadata, attempt, usage, "
             "last_seq, finish_reason, answer, created_at, started_at, finished_at) "
@@ -68,10 +78,10 @@ async def fill(url: str, items: int, row_kib: int) -> str:
             tasks,
         )
         await conn.executemany(
-            "INSERT INTO experiment_items (experiment_id, row_id, arm, attempt, seq, row, "
+            "INSERT INTO experiment_items (experiment_id, row_id, arm, attempt, seq, "
             "task_id, status, score, answer, detail, updated_at, prompt_tokens, "
             "completion_tokens, steps, seconds, gradings, scoring_claims) "
-            "VALUES ($1, $2, $3, 1, $4, $5, $6, 'scored', $7, '1', '{}', now(), 0, 0, 0, 0, "
+            "VALUES ($1, $2, $3, 1, $4, $5, 'scored', $6, '1', '{}', now(), 0, 0, 0, 0, "
             "'[]', 0)",
             rows,
         )
@@ -92,8 +102,16 @@ async def peak(work: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
     return top / 2**20, elapsed
 
 
-async def measure(url: str, items: int, row_kib: int) -> tuple[float, float, float, float]:
+async def measure(url: str, items: int, row_kib: int) -> tuple[float, ...]:
     exp_id = await fill(url, items, row_kib)
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        stored = await conn.fetchval(
+            "SELECT pg_total_relation_size('experiment_rows') "
+            "+ pg_total_relation_size('experiment_items')"
+        )
+    finally:
+        await conn.close()
     engine = create_engine(url)
     sessions = create_sessions(engine)
     try:
@@ -110,7 +128,7 @@ async def measure(url: str, items: int, row_kib: int) -> tuple[float, float, flo
         e_mib, e_s = await peak(export)
     finally:
         await engine.dispose()
-    return r_mib, r_s, e_mib, e_s
+    return r_mib, r_s, e_mib, e_s, stored / 2**20
 
 
 def say(line: str) -> None:
@@ -124,15 +142,22 @@ def main() -> None:
     parser.add_argument("--row-kib", type=int, default=64)
     args = parser.parse_args()
     say(f"rows of {args.row_kib} KiB; peak Python allocations (tracemalloc) and seconds")
-    say(f"{'items':>7} {'results MiB':>12} {'results s':>10} {'export MiB':>11} {'export s':>9}")
+    say(
+        f"{'items':>7} {'results MiB':>12} {'results s':>10} {'export MiB':>11} {'export s':>9}"
+        f" {'dataset MiB':>12} {'stored MiB':>11}"
+    )
     for items in args.items:
         name = f"sandhive_bench_mem_{uuid.uuid4().hex[:8]}"
         url = create_database(name)
         try:
-            r_mib, r_s, e_mib, e_s = asyncio.run(measure(url, items, args.row_kib))
+            r_mib, r_s, e_mib, e_s, stored = asyncio.run(measure(url, items, args.row_kib))
         finally:
             asyncio.run(drop_database(name))
-        say(f"{items:>7} {r_mib:>12.1f} {r_s:>10.2f} {e_mib:>11.1f} {e_s:>9.2f}")
+        dataset = (items // 2) * args.row_kib / 1024  # two arms: a row per two items
+        say(
+            f"{items:>7} {r_mib:>12.1f} {r_s:>10.2f} {e_mib:>11.1f} {e_s:>9.2f}"
+            f" {dataset:>12.1f} {stored:>11.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -183,7 +183,10 @@ class ExperimentItem(Base):
     """One row x arm x attempt of an experiment: at most one task, scored at most once."""
 
     __tablename__ = "experiment_items"
-    __table_args__ = (Index("ix_experiment_items_experiment_status", "experiment_id", "status"),)
+    __table_args__ = (
+        Index("ix_experiment_items_experiment_status", "experiment_id", "status"),
+        Index("ix_experiment_items_experiment_seq", "experiment_id", "seq"),
+    )
 
     experiment_id: Mapped[str] = mapped_column(
         ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
@@ -193,7 +196,11 @@ class ExperimentItem(Base):
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(Integer)
     """Start order: attempt, then row, then arm."""
-    row: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    own_row: Mapped[dict[str, Any] | None] = mapped_column("row", JSONB, deferred=True)
+    """The row as releases before `experiment_rows` stored it, a copy per item; NULL for
+    items created since. Read through `app.services.experiments.rows`, never directly; a
+    later release moves what is left into `experiment_rows` and drops the column (the
+    expand-then-contract rule of docs/operations.md)."""
     task_id: Mapped[str | None] = mapped_column(String(40), unique=True)
     """No foreign key: pruning old tasks must not take an experiment's results with it."""
     status: Mapped[str] = mapped_column(String(16))
@@ -217,6 +224,19 @@ class ExperimentItem(Base):
         JSONB, default=list, server_default=text("'[]'::jsonb")
     )
     """Earlier scorings, oldest first: `{grading, scorer, status, score, error_kind, detail}`."""
+
+
+class ExperimentRow(Base):
+    """A dataset row of an experiment, stored once however many arms and attempts run it
+    (a long-context row's documents weigh megabytes)."""
+
+    __tablename__ = "experiment_rows"
+
+    experiment_id: Mapped[str] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    row_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    row: Mapped[dict[str, Any]] = mapped_column(JSONB)
 
 
 class ExperimentEvent(Base):

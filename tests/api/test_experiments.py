@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 
 from app.api.app import create_app
 from app.config import Settings
@@ -181,6 +181,70 @@ async def test_create_starts_the_first_items_and_links_each_to_its_task(
         assert task["limits"]["max_steps"] == 5, "the arm's options"
         assert task["metadata"] == {"experiment": exp["id"], "row": "q1", "arm": "a", "attempt": 1}
     assert await counts(sessions) == (1, 12, 2)
+    async with sessions() as session:  # each row once, not once per arm and attempt
+        stored = await session.scalars(
+            select(models.ExperimentRow.row_id).where(
+                models.ExperimentRow.experiment_id == exp["id"]
+            )
+        )
+        assert sorted(stored) == ["q1", "q2", "q3"]
+        copies = await session.scalar(
+            select(func.count()).where(
+                models.ExperimentItem.experiment_id == exp["id"],
+                models.ExperimentItem.own_row.is_not(None),
+            )
+        )
+        assert copies == 0
+
+
+async def test_items_an_earlier_release_wrote_with_their_own_rows_still_start_and_report(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """Before `experiment_rows`, each item carried a copy of its row: such an experiment,
+    running when the upgrade lands, starts its next items with their prompts and reports
+    its rows' domains from those copies."""
+    settings = make_settings()
+    body = experiment(arms=[{"name": "a"}], concurrency=1)
+    for row in body["dataset"]["rows"]:
+        row["domain"] = f"domain of {row['id']}"
+    async with serve(create_app(settings)) as client:
+        exp = (await client.post("/v1/experiments", json=body)).json()
+        async with sessions.begin() as session:  # as the earlier release stored it
+            await session.execute(
+                text(
+                    "UPDATE experiment_items AS i SET row = r.row FROM experiment_rows AS r "
+                    "WHERE r.experiment_id = i.experiment_id AND r.row_id = i.row_id "
+                    "AND i.experiment_id = :id"
+                ),
+                {"id": exp["id"]},
+            )
+            await session.execute(
+                text("DELETE FROM experiment_rows WHERE experiment_id = :id"), {"id": exp["id"]}
+            )
+            await session.execute(
+                text(
+                    "UPDATE experiments SET spec = jsonb_set(spec, '{concurrency}', '3') "
+                    "WHERE id = :id"
+                ),
+                {"id": exp["id"]},
+            )
+        async with open_resources(settings) as res:
+            await experiment_runner.advance_all(res.sessions, res.redis, settings)
+        items = (await client.get(f"/v1/experiments/{exp['id']}/items")).json()["items"]
+        prompts = [
+            (await client.get(f"/v1/tasks/{item['task_id']}")).json()["prompt"] for item in items
+        ]
+        assert prompts == [f"What is {i} + {i}?" for i in (1, 2, 3)]
+        async with sessions.begin() as session:
+            await session.execute(
+                text(
+                    "UPDATE experiment_items SET status = 'scored', score = 1 "
+                    "WHERE experiment_id = :id"
+                ),
+                {"id": exp["id"]},
+            )
+        results = (await client.get(f"/v1/experiments/{exp['id']}/results")).json()
+    assert sorted(results["arms"][0]["domains"]) == ["domain of q1", "domain of q2", "domain of q3"]
 
 
 async def test_a_row_slice_and_input_files_as_a_json_string(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator
 
@@ -27,6 +28,7 @@ MODEL_TABLES = {
     "api_keys",
     "experiments",
     "experiment_items",
+    "experiment_rows",
     "experiment_events",
     "episodes",
     "webhook_subscriptions",
@@ -72,6 +74,48 @@ def test_upgrade_downgrade_upgrade(empty_database_url: str) -> None:
 
     upgrade_to_head(url)
     assert tables(url) == MODEL_TABLES | {"alembic_version"}
+
+
+def test_experiment_rows_downgrade_gives_every_item_its_row_back(empty_database_url: str) -> None:
+    """This release stores a row once (`experiment_rows`), an earlier one a copy per item:
+    undoing the migration copies each row back onto its items, or the earlier release
+    would find items without a row."""
+    url = asyncpg_url(empty_database_url)
+    upgrade_to_head(url)
+    row = '{"id": "q1", "problem_statement": "p", "ground_truth": "1"}'
+
+    async def fill() -> None:
+        conn = await asyncpg.connect(empty_database_url)
+        try:
+            await conn.execute(
+                "INSERT INTO experiments (id, tenant_id, name, status, spec, metadata, "
+                "created_at, event_seq) VALUES ('exp_m', 't', 'm', 'running', '{}', '{}', "
+                "now(), 0)"
+            )
+            await conn.execute(
+                "INSERT INTO experiment_rows (experiment_id, row_id, row) "
+                "VALUES ('exp_m', 'q1', $1)",
+                row,
+            )
+            await conn.executemany(
+                "INSERT INTO experiment_items (experiment_id, row_id, arm, attempt, seq, status, "
+                "detail, prompt_tokens, completion_tokens, steps, seconds, updated_at, "
+                "scoring_claims, gradings) VALUES ('exp_m', 'q1', $1, 1, $2, 'pending', '{}', "
+                "0, 0, 0, 0, now(), 0, '[]')",
+                [("a", 0), ("b", 1)],
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(fill())
+    command.downgrade(alembic_config(url), "f7c3d9a1b2e4")
+    (found,) = asyncio.run(
+        fetch_names(empty_database_url, "SELECT row::text FROM experiment_items")
+    )
+    assert json.loads(found) == json.loads(row)
+    nulls = "SELECT count(*)::text FROM experiment_items WHERE row IS NULL"
+    assert asyncio.run(fetch_names(empty_database_url, nulls)) == {"0"}
+    assert "experiment_rows" not in tables(url)
 
 
 def test_migrations_create_every_model_table() -> None:

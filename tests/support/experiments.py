@@ -18,6 +18,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.scripted import Script, ScriptedLLMServer, Turn
+from app.services.experiments.rows import store_rows
 
 ADMIN_KEY = "sk-admin-experiments-0123456789abcdef"
 """The admin key of settings made with `auth="keys", admin_api_key=ADMIN_KEY`."""
@@ -118,6 +119,9 @@ async def insert_one_item_experiment(
             )
         )
         await session.flush()
+        await store_rows(
+            session, exp_id, [{"id": "q0", "problem_statement": "p", "ground_truth": "1"}]
+        )
         await session.execute(
             insert(models.ExperimentItem).values(
                 experiment_id=exp_id,
@@ -125,7 +129,6 @@ async def insert_one_item_experiment(
                 arm="a",
                 attempt=1,
                 seq=0,
-                row={"id": "q0", "problem_statement": "p", "ground_truth": "1"},
                 detail={},
                 updated_at=utc_now(),
                 **item,

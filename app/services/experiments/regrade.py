@@ -35,6 +35,7 @@ from app.schemas.experiments import ExperimentOut
 from app.scoring.types import Scorer
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import row_problems
+from app.services.experiments.rows import ROW, with_rows
 from app.services.experiments.runner import WORK_LEFT, advance
 from app.services.experiments.scoring import (
     build_scorer,
@@ -68,7 +69,7 @@ async def _check_rows(session: AsyncSession, exp: models.Experiment, scorer: Sco
         .subquery()
     )
     rows = await session.scalars(
-        select(Item.row)
+        with_rows(select(ROW))
         .join(first, and_(Item.row_id == first.c.row_id, Item.seq == first.c.seq))
         .where(Item.experiment_id == exp.id)
         .order_by(first.c.seq)

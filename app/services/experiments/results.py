@@ -22,6 +22,7 @@ from app.domain.resolve import problem
 from app.domain.rollout_groups import Member, groups_of
 from app.errors import InvalidInput
 from app.schemas.experiments import ResultsOut
+from app.services.experiments.rows import ROW_VALUE, with_rows
 from app.services.experiments.scoring import grading_of
 from app.services.experiments.service import find_experiment
 
@@ -47,7 +48,7 @@ async def get_results(
         columns = [*PROJECTED, Item.gradings if chosen != current else null().label("gradings")]
         rows = (
             await session.execute(
-                select(*columns).where(Item.experiment_id == exp.id).order_by(Item.seq)
+                with_rows(select(*columns)).where(Item.experiment_id == exp.id).order_by(Item.seq)
             )
         ).all()
     arms = [arm["name"] for arm in exp.spec["arms"]]
@@ -84,7 +85,7 @@ PROJECTED = (
     Item.completion_tokens,
     Item.steps,
     Item.seconds,
-    Item.row["domain"].label("domain"),
+    ROW_VALUE["domain"].label("domain"),
 )
 """What the report reads of an item: its outcome, its usage, its row's `domain`."""
 

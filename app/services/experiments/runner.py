@@ -41,6 +41,7 @@ from app.scoring.types import Score, Scorer, ScorerError, is_deferred
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import arm_submission, item_prompt
 from app.services.experiments.notify import experiment_finished
+from app.services.experiments.rows import ROW, with_rows
 from app.services.experiments.scoring import item_key, json_safe, stored_scorer, wake_followers
 from app.services.images import task_images
 from app.services.tasks import backpressure
@@ -169,7 +170,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
             return {}
         answered = (
             await session.execute(
-                select(task.id, Item.row, task.answer)
+                with_rows(select(task.id, ROW, task.answer))
                 .join(task, task.id == Item.task_id)
                 .where(Item.experiment_id == experiment_id, Item.status == "running")
                 .where(task.status == TaskStatus.succeeded, task.answer.is_not(None))
@@ -321,19 +322,20 @@ async def _start_pending(
     slots = int(exp.spec["concurrency"]) - int(running or 0)
     if slots <= 0:
         return []
-    pending = await session.scalars(
-        select(Item)
+    pending = await session.execute(
+        with_rows(select(Item, ROW))
         .where(Item.experiment_id == exp.id, Item.status == "pending")
         .order_by(Item.seq)
         .limit(slots)
-        .with_for_update()
+        .with_for_update(of=Item)
     )
     arms = {arm["name"]: arm for arm in exp.spec["arms"]}
     started = []
-    for item in list(pending):
+    for item, row in list(pending):
         try:
             async with session.begin_nested():  # a refused start leaves the scores above
-                started.append(await _start_item(session, settings, exp, arms[item.arm], item))
+                arm = arms[item.arm]
+                started.append(await _start_item(session, settings, exp, arm, item, row))
         except TooManyRequests:
             break  # the queue or the tenant is full: the next tick tries again
         except (InvalidInput, TooLarge, ValidationError) as exc:  # the server changed since
@@ -351,10 +353,11 @@ async def _start_item(
     exp: models.Experiment,
     arm: Mapping[str, Any],
     item: models.ExperimentItem,
+    row: Mapping[str, Any],
 ) -> str:
     """Create the item's task exactly as a submission does, and link it; its id."""
     metadata = {"experiment": exp.id, "row": item.row_id, "arm": item.arm, "attempt": item.attempt}
-    body = arm_submission(arm, *item_prompt(arm, item.row), metadata)
+    body = arm_submission(arm, *item_prompt(arm, row), metadata)
     spec = resolve_spec(body, settings, tenant=exp.tenant_id)
     files = check_inputs(body, settings)
     await backpressure.admit(session, settings, exp.tenant_id)

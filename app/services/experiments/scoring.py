@@ -39,6 +39,7 @@ from app.scoring.python_code import PythonLimits
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, Scorer, ScorerError
 from app.services.experiments.events import record_experiment_events
+from app.services.experiments.rows import ROW, with_rows
 
 log = logging.getLogger(__name__)
 Item = models.ExperimentItem
@@ -73,7 +74,7 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
         lease = now + timedelta(seconds=lease_s)
         rows = list(
             await session.execute(
-                select(Item, Exp.spec)
+                with_rows(select(Item, Exp.spec, ROW))
                 .join(Exp, Exp.id == Item.experiment_id)
                 .where(Exp.status.in_(("running", "cancelled")))  # finished: none left
                 .where(Item.status == "scoring")
@@ -83,7 +84,7 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
                 .with_for_update(of=Item, skip_locked=True)
             )
         )
-        for item, _ in rows:
+        for item, _, _ in rows:
             item.scoring_until = lease
             item.scoring_claims += 1
     return [
@@ -94,11 +95,11 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
             item.attempt,
             dict(spec["scorer"]),
             item.answer,
-            dict(item.row),
+            dict(row),
             lease,
             item.scoring_claims,
         )
-        for item, spec in rows
+        for item, spec, row in rows
     ]
 
 

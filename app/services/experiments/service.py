@@ -33,6 +33,7 @@ from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import Checked, check_experiment
 from app.services.experiments.notify import experiment_finished
 from app.services.experiments.outs import experiment_outs
+from app.services.experiments.rows import store_rows
 from app.services.experiments.runner import advance
 from app.services.experiments.scoring import wake_followers
 from app.services.tasks import cancel
@@ -74,6 +75,7 @@ async def create_experiment(
     async with sessions.begin() as session:
         session.add(exp)
         await session.flush()
+        await store_rows(session, exp.id, checked.rows)
         await session.execute(insert(Item), _items(exp.id, checked, body.attempts))
     try:
         await advance(sessions, redis, settings, exp.id)
@@ -96,7 +98,6 @@ def _items(experiment_id: str, checked: Checked, attempts: int) -> list[dict[str
                         "arm": arm["name"],
                         "attempt": attempt,
                         "seq": len(items),
-                        "row": row,
                         "status": "pending",
                         "detail": {},
                         "prompt_tokens": 0,

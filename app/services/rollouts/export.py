@@ -1,8 +1,9 @@
 """`GET .../export?format=jsonl`: one JSON line per rollout, ready for a trainer's loader.
 
 Imported by the API. The tenant check (404) happens before the first byte, when the
-export is opened; the lines are then built one task at a time (one query for its
-steps), so an experiment of any size streams in bounded memory. Every field is
+export is opened; the lines are then built a page of items at a time (`EXPORT_PAGE`, the
+tasks and steps of `LINES_BATCH` of them per query), so an experiment of any size streams
+in bounded memory (bench/results_memory.py). Every field is
 documented in docs/rl.md ("Use Sandhive for RL"). A captured rollout's conversation
 is rebuilt exactly from its steps' stored deltas (`app.domain.rollout_capture`); one that
 was not captured still has its turns (text, tool call, observation), no token ids.
@@ -14,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import load_only
 
 from app.db import models
@@ -54,6 +55,30 @@ COMPACT = load_only(
 )
 """What placing a rollout in its group reads of an item: never its row (documents and all),
 answer, detail or gradings, so an item costs a few KiB however large its row."""
+EXPORT_PAGE = 100
+"""Items placed per query of the experiment's export."""
+LINES_BATCH = 10
+"""Tasks whose steps one query of the export reads (a captured rollout's steps are large)."""
+TASK_FIELDS = load_only(
+    models.Task.id,
+    models.Task.spec,
+    models.Task.attempt,
+    models.Task.status,
+    models.Task.finish_reason,
+    models.Task.error,
+    models.Task.answer,
+    raiseload=True,
+)
+"""What a line reads of its task: never its prompt (a long-context row's documents)."""
+STEP_FIELDS = (
+    Step.index,
+    Step.thought,
+    Step.reasoning,
+    Step.action,
+    Step.observation,
+    Step.interrupted,
+    Step.capture,
+)
 
 
 async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> AsyncIterator[str]:
@@ -73,23 +98,60 @@ async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> Asy
                 )
             )
             placed = _placed(list(siblings)).get(task.id)
-    return _lines(sessions, [(task.id, placed)])
+    return _each(await _lines(sessions, [(task.id, placed)]))
 
 
 async def open_experiment_export(
-    sessions: Sessions, tenant: str, experiment_id: str
+    sessions: Sessions, tenant: str, experiment_id: str, *, page: int = EXPORT_PAGE
 ) -> AsyncIterator[str]:
-    """A line per started item of the tenant's experiment, in start order."""
+    """A line per started item of the tenant's experiment, in start order, read `page`
+    items at a time."""
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-        items = list(
-            await session.scalars(
-                select(Item).options(COMPACT).where(Item.experiment_id == exp.id).order_by(Item.seq)
+    return _experiment_lines(sessions, exp.id, page)
+
+
+async def _experiment_lines(
+    sessions: Sessions, experiment_id: str, size: int
+) -> AsyncIterator[str]:
+    """`size` started items at a time, by `seq`, each page placed in its groups from those
+    groups' members alone (a group's attempts lie pages apart): memory holds a page, not
+    the experiment."""
+    after = -1
+    while True:
+        async with sessions() as session:
+            page = list(
+                await session.scalars(
+                    select(Item)
+                    .options(COMPACT)
+                    .where(Item.experiment_id == experiment_id, Item.seq > after)
+                    .where(Item.task_id.is_not(None))
+                    .order_by(Item.seq)
+                    .limit(size)
+                )
             )
-        )
-    placed = _placed(items)
-    started = [(item.task_id, placed.get(item.task_id)) for item in items if item.task_id]
-    return _lines(sessions, started)
+            if not page:
+                return
+            after = page[-1].seq
+            groups = {(item.arm, item.row_id) for item in page}
+            members = await session.scalars(  # by the key's prefix (experiment, row)
+                select(Item)
+                .options(COMPACT)
+                .where(Item.experiment_id == experiment_id)
+                .where(Item.row_id.in_({row_id for _, row_id in groups}))
+            )
+            placed = _placed([m for m in members if (m.arm, m.row_id) in groups])
+        for start in range(0, len(page), LINES_BATCH):
+            batch = [
+                (i.task_id, placed.get(i.task_id)) for i in page[start:][:LINES_BATCH] if i.task_id
+            ]
+            for line in await _lines(sessions, batch):
+                yield line
+
+
+async def _each(lines: Sequence[str]) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
 
 
 def _placed(items: Sequence[Item]) -> dict[str, Placed]:
@@ -104,30 +166,38 @@ def _placed(items: Sequence[Item]) -> dict[str, Placed]:
 
 
 async def _lines(
-    sessions: Sessions, tasks: Sequence[tuple[str, Placed | None]]
-) -> AsyncIterator[str]:
-    for task_id, placed in tasks:
-        async with sessions() as session:
-            task = await session.get(models.Task, task_id)
-            if task is None:  # pruned since: an experiment item outlives its task
-                continue
-            steps = (
-                await session.execute(
-                    select(
-                        Step.index,
-                        Step.thought,
-                        Step.reasoning,
-                        Step.action,
-                        Step.observation,
-                        Step.interrupted,
-                        Step.capture,
+    sessions: Sessions, tasks: Sequence[tuple[str | None, Placed | None]]
+) -> list[str]:
+    """The lines of a few tasks, from one query for the tasks and one for their steps; a
+    task pruned since has none (an experiment item outlives its task)."""
+    ids = [task_id for task_id, _ in tasks]
+    async with sessions() as session:
+        found = {
+            t.id: t
+            for t in await session.scalars(
+                select(models.Task).options(TASK_FIELDS).where(models.Task.id.in_(ids))
+            )
+        }
+        steps = (
+            await session.execute(
+                select(Step.task_id, *STEP_FIELDS)
+                .where(
+                    tuple_(Step.task_id, Step.attempt).in_(
+                        [(t.id, t.attempt) for t in found.values()]
                     )
-                    .where(Step.task_id == task.id, Step.attempt == task.attempt)
-                    .order_by(Step.index)
                 )
-            ).all()
-        line = rollout_line(task, [dict(row._mapping) for row in steps], placed)
-        yield jsonl_line(line)
+                .order_by(Step.task_id, Step.index)
+            )
+        ).all()
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for step in steps:
+        fields = dict(step._mapping)
+        by_task.setdefault(fields.pop("task_id"), []).append(fields)
+    return [
+        jsonl_line(rollout_line(found[task_id], by_task.get(task_id, []), placed))
+        for task_id, placed in tasks
+        if task_id in found
+    ]
 
 
 def jsonl_line(value: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ before its transaction), so here it is `score_answer`'s, in this process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -21,15 +22,12 @@ from app.services.experiments.runner import record_end
 MATH = scorer_for({"kind": "math"})
 
 
-def item(**row: Any) -> models.ExperimentItem:
+ROW = {"id": "q1", "problem_statement": "p", "ground_truth": "4"}
+
+
+def item() -> models.ExperimentItem:
     return models.ExperimentItem(
-        experiment_id="exp_x",
-        row_id="q1",
-        arm="a",
-        attempt=1,
-        status="running",
-        row={"id": "q1", "problem_statement": "p", "ground_truth": "4", **row},
-        detail={},
+        experiment_id="exp_x", row_id="q1", arm="a", attempt=1, status="running", detail={}
     )
 
 
@@ -46,11 +44,11 @@ def task(status: str, reason: str, answer: str | None = None, **usage: int) -> m
     )
 
 
-def verdict(found: models.ExperimentItem, ended: models.Task | None) -> Score | ScorerError | None:
+def verdict(ended: models.Task | None, row: Mapping[str, Any] = ROW) -> Score | ScorerError | None:
     if ended is None or ended.answer is None:
         return None
     try:
-        return score_answer(MATH, ended.answer, found.row)
+        return score_answer(MATH, ended.answer, row)
     except ScorerError as exc:
         return exc
 
@@ -75,7 +73,7 @@ def test_an_item_ends_as_its_task_did(
     ended: models.Task | None, status: str, score: float | None, kind: str | None
 ) -> None:
     found = item()
-    assert record_end(found, ended, MATH, verdict(found, ended))
+    assert record_end(found, ended, MATH, verdict(ended))
     assert (found.status, found.score, found.error_kind) == (status, score, kind)
     if ended is not None:
         assert (found.steps, found.prompt_tokens, found.completion_tokens) == (3, 100, 7)
@@ -84,9 +82,11 @@ def test_an_item_ends_as_its_task_did(
 
 
 def test_a_scorer_that_cannot_judge_is_an_error_of_kind_scorer_not_a_zero() -> None:
-    found = item(ground_truth={"not": "a number"})
+    found = item()
     ended = task("succeeded", "submitted", "\\boxed{4}")
-    assert record_end(found, ended, MATH, verdict(found, ended))
+    assert record_end(
+        found, ended, MATH, verdict(ended, {**ROW, "ground_truth": {"not": "a number"}})
+    )
     assert (found.status, found.score, found.error_kind) == ("error", None, "scorer")
     assert "ground_truth" in found.detail["message"]
 

@@ -21,6 +21,7 @@ from app.ids import utc_now
 from app.scoring.python_code import PythonScorer
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, ScorerError
+from app.services.experiments.rows import store_rows
 from app.services.experiments.runner import record_end
 from app.services.experiments.scoring import (
     build_scorer,
@@ -35,7 +36,9 @@ EVENTS = models.ExperimentEvent
 
 
 async def waiting_experiment(sessions: Sessions, n: int, exp_id: str = "exp_scoring") -> str:
-    """An experiment whose `n` items all wait for a judge."""
+    """An experiment whose `n` items all wait for a judge; the even rows stored as this
+    release stores them (once, in `experiment_rows`), the odd ones as a copy on the item, as
+    earlier releases did: a claim reads both."""
     scorer = {"kind": "llm_judge", "profile": "default"}
     arms = [{"name": "a", "mode": "vanilla", "task": {}}]
     async with sessions.begin() as session:
@@ -50,6 +53,8 @@ async def waiting_experiment(sessions: Sessions, n: int, exp_id: str = "exp_scor
             )
         )
         await session.flush()
+        rows = [{"id": f"q{i}", "problem_statement": "p", "ground_truth": "1"} for i in range(n)]
+        await store_rows(session, exp_id, rows[::2])
         await session.execute(
             insert(Item),
             [
@@ -59,7 +64,7 @@ async def waiting_experiment(sessions: Sessions, n: int, exp_id: str = "exp_scor
                     "arm": "a",
                     "attempt": 1,
                     "seq": i,
-                    "row": {"id": f"q{i}", "problem_statement": "p", "ground_truth": "1"},
+                    "own_row": rows[i] if i % 2 else None,
                     "status": "scoring",
                     "answer": f"answer {i}",
                     "detail": {},
@@ -103,7 +108,10 @@ async def test_two_claimers_at_once_take_disjoint_items_and_a_lease_keeps_them(
         {"kind": "llm_judge", "profile": "default"},
         f"answer {one.row_id[1:]}",
     )
-    assert one.row["ground_truth"] == "1"
+    assert all(
+        c.row == {"id": c.row_id, "problem_statement": "p", "ground_truth": "1"}
+        for c in first + second
+    )
 
 
 async def test_an_expired_lease_is_taken_again_and_only_the_new_holder_stores_its_score(
@@ -170,7 +178,7 @@ async def test_a_scorer_error_is_stored_as_an_error_of_kind_scorer_with_its_deta
 
 def test_an_answer_for_a_slow_scorer_waits_in_scoring_free_for_any_worker() -> None:
     judge = scorer_for({"kind": "llm_judge", "profile": "default"})
-    answered = models.ExperimentItem(status="running", row={"ground_truth": "1"}, detail={})
+    answered = models.ExperimentItem(status="running", detail={})
     now = utc_now()
     task = models.Task(
         id="tsk_x",
@@ -184,7 +192,7 @@ def test_an_answer_for_a_slow_scorer_waits_in_scoring_free_for_any_worker() -> N
     record_end(answered, task, judge)
     assert (answered.status, answered.score, answered.scoring_until) == ("scoring", None, None)
     assert answered.answer == "1"
-    silent = models.ExperimentItem(status="running", row={"ground_truth": "1"}, detail={})
+    silent = models.ExperimentItem(status="running", detail={})
     task.answer = None
     record_end(silent, task, judge)
     assert (silent.status, silent.error_kind) == ("error", "agent"), "nothing to judge"
