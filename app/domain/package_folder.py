@@ -139,11 +139,25 @@ def experiment_body(folder: TaskFolder, options: RunOptions) -> dict[str, Any]:
         "name": options.name or f"{folder.name} ({mode})",
         "dataset": {"rows": rows},
         "arms": arms,
-        "scorer": options.scorer or _reward_scorer(folder),
+        "scorer": _as_package(options.scorer) if options.scorer else _reward_scorer(folder),
         "attempts": options.attempts,
         "concurrency": options.concurrency,
         "metadata": {"package_task": folder.name},
+        "rules": "package",
     }
+
+
+PACKAGE_RULED = ("math", "mcq")
+"""Built-in scorers with the package's own rule (`app.scoring.package`)."""
+
+
+def _as_package(scorer: dict[str, Any]) -> dict[str, Any]:
+    """`--scorer math` or `mcq` scores as the package's reward.py for that domain does: a
+    folder run gives the package's numbers. A scorer given with options (`"package":
+    false`, `choices`, a tolerance) is Sandhive's own, as written."""
+    if scorer.get("kind") in PACKAGE_RULED and set(scorer) == {"kind"}:
+        return {**scorer, "package": True}
+    return scorer
 
 
 def parse_mode(value: str) -> Mode:
@@ -326,9 +340,7 @@ def _input_files(source: str, row: Mapping[str, Any]) -> Any:
             value = json.loads(value) if value.strip() else {}
         except ValueError:
             raise FolderError(f"{source}: row {row['id']!r}: input_files is not JSON") from None
-    if isinstance(value, dict):  # the package skips None contents (a Hub struct's holes)
-        return {name: text for name, text in value.items() if text is not None}
-    return value  # the service names the row and field
+    return value  # the service drops null contents, as the package does, or names the row
 
 
 def _slice(rows: list[dict[str, Any]], start: int | None, end: int | None) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from app.agent.types import Step
 from app.config import Settings
 from app.domain.experiment_report import arm_result, compare
 from app.domain.resolve import check_inputs, parse_submission, resolve_spec
+from app.domain.scored_answer import AGENT_REASONS, scored_answer
 from app.domain.trajectory_format import reference_trajectory
 from app.errors import InvalidInput, TooLarge
 from app.runner.episode import Runner, open_runner
@@ -38,12 +39,8 @@ from app.schemas.experiments import (
 )
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, Scorer, ScorerError, is_deferred, score_answer
-from app.states import FinishReason, TaskStatus, status_for
+from app.states import TaskStatus, status_for
 
-AGENT_REASONS = frozenset(
-    {FinishReason.max_steps, FinishReason.context_limit, FinishReason.timeout}
-)
-"""As the service: endings that are the agent's doing; the others the infrastructure's."""
 PLACEHOLDER = "(each row's problem_statement)"
 
 
@@ -136,7 +133,7 @@ async def run(
             async with slots:
                 item.status, item.task_id = "running", f"local-{number}"
                 on_change(local)
-                await _run_item(runner, settings, arms[item.arm], item, scorer)
+                await _run_item(runner, settings, arms[item.arm], item, scorer, local.body.rules)
                 on_change(local)
 
         await asyncio.gather(*(one(n, item) for n, item in enumerate(local.items, 1)))
@@ -145,7 +142,12 @@ async def run(
 
 
 async def _run_item(
-    runner: Runner, settings: Settings, arm: Mapping[str, Any], item: LocalItem, scorer: Scorer
+    runner: Runner,
+    settings: Settings,
+    arm: Mapping[str, Any],
+    item: LocalItem,
+    scorer: Scorer,
+    rules: str,
 ) -> None:
     prompt, files = _item_prompt(arm, item.row)
     try:
@@ -164,16 +166,24 @@ async def _run_item(
     item.steps, item.trajectory = usage.steps, list(outcome.steps)
     item.answer = result.answer(settings.answer_max_bytes)
     status = status_for(outcome.finish_reason)
+    to_score = scored_answer(
+        status,
+        outcome.finish_reason,
+        item.answer,
+        package=rules == "package",
+        sandbox=arm["mode"] == "sandbox",
+    )
     if status is TaskStatus.cancelled:
         item.status = "cancelled"
+    elif to_score is not None:
+        item.answer = to_score
+        await _score(runner, settings, item, to_score, scorer)
     elif status is not TaskStatus.succeeded:
         kind = "agent" if outcome.finish_reason in AGENT_REASONS else "infrastructure"
         error = outcome.error or f"the task ended with {outcome.finish_reason}"
         _error(item, kind, error, reason=str(outcome.finish_reason))
-    elif item.answer is None:
-        _error(item, "agent", "the agent gave no answer (no answer.txt in its output dir)")
     else:
-        await _score(runner, settings, item, item.answer, scorer)
+        _error(item, "agent", "the agent gave no answer (no answer.txt in its output dir)")
 
 
 async def _score(

@@ -98,6 +98,9 @@ class ExperimentWebhook(_Strict):
     """Which of the experiment's events to send there (`experiment.finished`)."""
 
 
+ScoringRules = Literal["sandhive", "package"]
+
+
 class ExperimentCreate(_Strict):
     """An evaluation run: every row x arm x attempt runs as a task and is scored as it ends."""
 
@@ -128,6 +131,14 @@ class ExperimentCreate(_Strict):
     webhook: ExperimentWebhook | None = None
     """This experiment's own webhook, signed with the secret of the tenant's newest
     subscription (so the tenant needs one: `POST /v1/webhooks`)."""
+    rules: ScoringRules = "sandhive"
+    """How an item's end becomes a score. `sandhive`: a submitted answer is scored as it
+    is, and an agent that gave none (or ran out of steps, context or time) is an `agent`
+    error. `package`: as `llm-in-sandbox benchmark` scores: a sandbox arm's answer as the
+    package reads it (`answer.txt` stripped of surrounding whitespace, ANSI colour codes
+    and carriage returns), and an end of the agent's own doing scored on whatever answer
+    it left, the empty text if none (so usually 0, not an error). `sandhive experiment run
+    FOLDER` uses `package` (docs/experiments.md)."""
 
 
 class RegradeIn(_Strict):
@@ -195,6 +206,8 @@ class ExperimentOut(WireModel):
     webhook: WebhookSpec | None = None
     """The experiment's own webhook (`signed_by`: the subscription whose secret signs it);
     null without one."""
+    rules: ScoringRules = "sandhive"
+    """How an item's end becomes a score (`ExperimentCreate.rules`)."""
 
 
 class ItemOut(WireModel):

@@ -15,6 +15,7 @@ from app.scoring.extract import DEFAULT_CHOICES
 from app.scoring.instructions import InstructionFollowingScorer
 from app.scoring.judge import AGGREGATES, MAX_REPEATS, MAX_RUBRIC_CHARS, LlmJudgeScorer
 from app.scoring.math import MathScorer
+from app.scoring.package import PackageMathScorer, PackageMcqScorer
 from app.scoring.python_code import PythonLimits, PythonScorer, check_code
 from app.scoring.text import (
     ContainsScorer,
@@ -80,6 +81,8 @@ class _Options:
 
 
 def _math(options: _Options) -> Scorer:
+    if options.flag("package", False):  # the package's rule has no options of its own
+        return PackageMathScorer()
     return MathScorer(
         tolerance=options.number("tolerance", 1e-6, 0.0, 0.5),
         timeout_s=options.integer("timeout_s", 5, 1, 60),
@@ -87,6 +90,8 @@ def _math(options: _Options) -> Scorer:
 
 
 def _mcq(options: _Options) -> Scorer:
+    if options.flag("package", False):
+        return PackageMcqScorer()
     choices = options.text("choices", DEFAULT_CHOICES) or ""
     upper = choices.upper()
     if not (upper.isascii() and upper.isalpha() and 2 <= len(upper) <= 26):

@@ -89,6 +89,7 @@ def test_a_json_dataset_with_its_prompts_and_reward_becomes_an_experiment(
     }
     assert body["scorer"] == {"kind": "python", "code": REWARD}
     assert (body["attempts"], body["concurrency"], body["name"]) == (2, 3, "demo (sandbox)")
+    assert body["rules"] == "package", "scored as the package scores"
     checked = accepted(body)
     assert checked.scorer == {"kind": "python", "code": REWARD}
     assert checked.rows[1]["input_files"] == {"n.txt": "1\n2\n3\n"}
@@ -97,9 +98,15 @@ def test_a_json_dataset_with_its_prompts_and_reward_becomes_an_experiment(
 def test_input_files_as_a_json_string_become_an_object_without_empty_entries(
     tmp_path: Path,
 ) -> None:
-    rows = read_folder(write_folder(tmp_path)).rows
-    assert rows[1]["input_files"] == {"n.txt": "1\n2\n3\n"}
-    assert "input_files" not in rows[0]
+    folder = read_folder(write_folder(tmp_path))
+    assert folder.rows[1]["input_files"] == {"n.txt": "1\n2\n3\n", "gap.txt": None}
+    assert "input_files" not in folder.rows[0]
+    body = experiment_body(folder, RunOptions())
+    rows = [{**body["dataset"]["rows"][0], "input_files": None}, *body["dataset"]["rows"][1:]]
+    checked = accepted({**body, "dataset": {"rows": rows}})
+    assert [row["input_files"] for row in checked.rows] == [{}, {"n.txt": "1\n2\n3\n"}, {}], (
+        "null (the field, or one file's content) is no file, as the package reads it"
+    )
 
 
 def test_data_files_resolve_against_the_packages_benchmark_dir_too(tmp_path: Path) -> None:
@@ -200,6 +207,11 @@ def test_without_reward_py_a_built_in_scorer_is_needed(tmp_path: Path) -> None:
     assert body["scorer"] == {"kind": "exact"}
     assert accepted(body).scorer == {"kind": "exact"}
     assert parse_scorer('{"kind": "mcq", "choices": "ABCD"}') == {"kind": "mcq", "choices": "ABCD"}
+    for kind in ("math", "mcq"):  # the package's reward rule for its domain
+        body = experiment_body(folder, RunOptions(scorer=parse_scorer(kind)))
+        assert accepted(body).scorer == {"kind": kind, "package": True}
+    own = {"kind": "mcq", "choices": "ABCD"}
+    assert experiment_body(folder, RunOptions(scorer=own))["scorer"] == own, "as written"
     with pytest.raises(FolderError, match="neither a scorer name nor JSON"):
         parse_scorer("{nope")
 

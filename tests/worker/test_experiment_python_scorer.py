@@ -5,6 +5,7 @@ fresh sandbox per answer; a hostile scorer costs only the items it was hostile o
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ import pytest
 from app.config import Settings
 from app.sandbox import DockerHost
 from app.sandbox.python_scorer.score import RUN_LABEL
-from app.scripted import ScriptedLLMServer
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.support.experiments import progress, scripted, settled, submit
 from tests.worker.conftest import running_worker
 
@@ -167,3 +168,60 @@ async def test_an_answer_forging_a_result_line_is_never_scored_by_it(
     )
     assert (items["survives"]["status"], items["survives"]["score"]) == ("scored", 0.0)
     await assert_no_scorer_container_left(list(items.values()))
+
+
+EXACT = """
+def compute_score(agent_answer, ground_truth, **row):
+    return float(agent_answer == ground_truth)
+"""
+"""A reward.py that compares the answer as it is given, as many tasks' do."""
+
+
+@pytest.mark.parametrize("rules", ["sandhive", "package"])
+async def test_the_package_rules_score_a_padded_answer_and_a_missing_one_as_the_package(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer, rules: str
+) -> None:
+    """A sandbox arm writes `  4\\n` to answer.txt (q1) or nothing (q2); an exact-match
+    reward. The package strips the answer (1 for q1) and scores a missing one as the empty
+    text (0 for q2, not an error); Sandhive's own rules score the text as written (0) and
+    count no answer as the agent's error."""
+    command = (
+        "test -f /testbed/input/a.txt && printf '  %s\\n' \"$(cat /testbed/input/a.txt)\" "
+        "> /testbed/output/answer.txt; true"
+    )
+    model = f"padded-{uuid.uuid4().hex[:8]}"
+    turns = [Turn("execute_bash", {"command": command}), Turn("submit", {})]
+    scripted_llm.add_script(model, Script(turns=turns))
+    rows = [
+        {
+            "id": "q1",
+            "problem_statement": "2 + 2?",
+            "ground_truth": "4",
+            "input_files": {"a.txt": "4"},
+        },
+        {"id": "q2", "problem_statement": "3 + 4?", "ground_truth": "7", "input_files": None},
+    ]
+    experiment = {
+        "name": "package rules",
+        "dataset": {"rows": rows},
+        "arms": [{"name": "s", "task": {"llm": {"model": model}}}],
+        "scorer": {"kind": "python", "code": EXACT, "timeout_s": 20},
+        "rules": rules,
+    }
+    async with running_worker(fast):
+        url = await submit(client, experiment)
+        done = await settled(client, url)
+    assert done["rules"] == rules
+    items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+    package = (await client.get(f"{url}/results", params={"format": "package"})).json()
+    if rules == "package":
+        assert done["progress"]["s"] == progress(scored=2)
+        assert (items["q1"]["score"], items["q1"]["answer"]) == (1.0, "4")
+        assert (items["q2"]["score"], items["q2"]["answer"]) == (0.0, "")
+        assert package["arms"]["s"]["mean_score"] == 0.5
+        assert package["arms"]["s"]["num_errors"] == 0
+    else:
+        assert done["progress"]["s"] == progress(scored=1, error=1)
+        assert (items["q1"]["score"], items["q1"]["answer"]) == (0.0, "  4\n")
+        assert (items["q2"]["status"], items["q2"]["error_kind"]) == ("error", "agent")
+        assert package["arms"]["s"]["num_errors"] == 1

@@ -208,7 +208,7 @@ def _check_row(
         msg = f"row {row_id!r}: problem_statement must be a non-empty string"
         problems.append(problem((*loc, "problem_statement"), msg))
         return None
-    files = _input_files(row.get("input_files", {}))
+    files = _input_files(row.get("input_files"))
     if files is None:
         msg = f"row {row_id!r}: input_files must map paths to text (an object or a JSON string)"
         problems.append(problem((*loc, "input_files"), msg))
@@ -225,14 +225,19 @@ def _row_id(value: object) -> str | None:
 
 
 def _input_files(value: object) -> dict[str, str] | None:
+    """The row's files as the package reads them: an object or a JSON string of one, with
+    `null` (the field, or a file's content, as a Hub export fills holes) meaning none."""
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
         except ValueError:
             return None
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
         return None
-    return dict(value)
+    files = {path: text for path, text in value.items() if text is not None}
+    return files if all(isinstance(text, str) for text in files.values()) else None
 
 
 def row_problems(rows: Sequence[Mapping[str, Any]], scorer: Scorer) -> list[Problem]:

@@ -63,4 +63,5 @@ def experiment_out(
         metadata=exp.meta,
         progress={arm["name"]: ArmProgress(**progress[arm["name"]]) for arm in arms},
         webhook=WebhookSpec.model_validate(exp.spec["webhook"]) if "webhook" in exp.spec else None,
+        rules=exp.spec.get("rules", "sandhive"),
     )

@@ -34,6 +34,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import check_inputs, resolve_spec
+from app.domain.scored_answer import AGENT_REASONS, scored_answer
 from app.errors import InvalidInput, TooLarge, TooManyRequests
 from app.ids import utc_now
 from app.scoring.offload import score_off_loop
@@ -57,10 +58,6 @@ SCORE_BATCH = 200
 PRESCORE_ROUNDS = 8
 """Answers a step scores with a built-in scorer: this many per pool process, so a step's
 scoring is bounded (8 x `SANDHIVE_SCORING_TIMEOUT_S` at worst); the rest wait a tick."""
-AGENT_REASONS = frozenset(
-    {FinishReason.max_steps, FinishReason.context_limit, FinishReason.timeout}
-)
-"""Endings that are the agent's doing (its budget); the others are the infrastructure's."""
 
 
 async def advance_all(sessions: Sessions, redis: Redis, settings: Settings) -> int:
@@ -168,16 +165,34 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
             return {}  # recorded as each item's error in the transaction
         if is_deferred(scorer):
             return {}
-        answered = (
+        package = exp.spec.get("rules") == "package"
+        modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
+        ended = (
             await session.execute(
-                with_rows(select(task.id, ROW, task.answer))
+                with_rows(
+                    select(task.id, ROW, task.status, task.finish_reason, task.answer, Item.arm)
+                )
                 .join(task, task.id == Item.task_id)
                 .where(Item.experiment_id == experiment_id, Item.status == "running")
-                .where(task.status == TaskStatus.succeeded, task.answer.is_not(None))
+                .where(
+                    task.status == TaskStatus.succeeded
+                    if not package
+                    else task.status.in_(TERMINAL)
+                )
                 .order_by(Item.seq)
                 .limit(settings.scoring_processes * PRESCORE_ROUNDS)
             )
         ).all()
+    answered = [
+        (task_id, row, text)
+        for task_id, row, status, reason, answer, arm in ended
+        if (
+            text := scored_answer(
+                status, reason, answer, package=package, sandbox=modes.get(arm) == "sandbox"
+            )
+        )
+        is not None
+    ]
 
     async def one(answer: str, row: Mapping[str, Any]) -> Score | ScorerError:
         try:
@@ -186,9 +201,9 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
         except ScorerError as exc:
             return exc
 
-    found = await asyncio.gather(*(one(str(answer), row) for _, row, answer in answered))
+    found = await asyncio.gather(*(one(answer, row) for _, row, answer in answered))
     return {
-        task_id: (str(answer), result)
+        task_id: (answer, result)
         for (task_id, _, answer), result in zip(answered, found, strict=True)
     }
 
@@ -216,10 +231,19 @@ async def _score_ended(
         scorer: Scorer | ScorerError = stored_scorer(exp.spec["scorer"], settings)
     except ValueError as exc:  # a stored spec this version cannot build: its items' error
         scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
+    package = exp.spec.get("rules") == "package"
+    modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
     events: list[Event] = []
     for item, ended in rows:
+        to_score = None
+        if ended is not None:
+            sandbox = modes.get(item.arm) == "sandbox"
+            to_score = scored_answer(
+                ended.status, ended.finish_reason, ended.answer, package=package, sandbox=sandbox
+            )
         answer, score = prescored.get(item.task_id or "") or (None, None)
-        if record_end(item, ended, scorer, score if ended and answer == ended.answer else None):
+        score = score if to_score is not None and answer == to_score else None
+        if record_end(item, ended, scorer, score, to_score=to_score):
             events.append(("item.ended", ended_data(item)))
     return events
 
@@ -239,41 +263,41 @@ def record_end(
     item: models.ExperimentItem,
     task: models.Task | None,
     scorer: Scorer | ScorerError,
-    score: Score | ScorerError | None = None,
+    score: Score | ScorerError | None,
+    *,
+    to_score: str | None,
 ) -> bool:
     """The item's end from its task's: scored, cancelled or an error of some kind; or, with
     a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
     ScorerError for `scorer`: the scorer could not be built, so an answer is its error.
-    `score`: a built-in scorer's verdict on the task's answer, computed off the loop; an
-    answer to be scored without one is left as it is (False: not ended yet)."""
-    if task is not None and _awaits_its_score(task, scorer, score):
+    `to_score`: the text the experiment's rules score for this end (`scored_answer`), kept
+    as the item's answer. `score`: a built-in scorer's verdict on it, computed off the loop;
+    an answer to be scored without one is left as it is (False: not ended yet)."""
+    if task is not None and to_score is not None and _awaits_its_score(scorer, score):
         return False
     item.updated_at = utc_now()
     if task is None:
         _error(item, "infrastructure", "the item's task no longer exists")
         return True
     _copy_usage(item, task)
-    item.answer = task.answer
+    item.answer = task.answer if to_score is None else to_score
     reason = FinishReason(task.finish_reason) if task.finish_reason else None
     if task.status == TaskStatus.cancelled:
         item.status = "cancelled"
+    elif to_score is not None:
+        _judge(item, scorer, score)
     elif task.status != TaskStatus.succeeded:
         kind = "agent" if reason in AGENT_REASONS else "infrastructure"
         _error(item, kind, task.error or f"the task ended with {reason}", reason=reason)
-    elif task.answer is None:
-        _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
     else:
-        _judge(item, scorer, score)
+        _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
     return True
 
 
-def _awaits_its_score(
-    task: models.Task, scorer: Scorer | ScorerError, score: Score | ScorerError | None
-) -> bool:
+def _awaits_its_score(scorer: Scorer | ScorerError, score: Score | ScorerError | None) -> bool:
     """An answer for a built-in scorer that has not been scored yet."""
-    answered = task.status == TaskStatus.succeeded and task.answer is not None
     built_in = not isinstance(scorer, ScorerError) and not is_deferred(scorer)
-    return answered and built_in and score is None
+    return built_in and score is None
 
 
 def _judge(

@@ -68,6 +68,8 @@ async def create_experiment(
             "attempts": body.attempts,
             "concurrency": body.concurrency,
             **({"webhook": own.model_dump(mode="json")} if own else {}),
+            # Written only when asked for: a spec without it reads the same in an older release.
+            **({"rules": body.rules} if body.rules != "sandhive" else {}),
         },
         meta=body.metadata,
         created_at=utc_now(),

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.db import models
+from app.domain.scored_answer import scored_answer
 from app.ids import utc_now
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, ScorerError, score_answer
@@ -44,13 +45,27 @@ def task(status: str, reason: str, answer: str | None = None, **usage: int) -> m
     )
 
 
-def verdict(ended: models.Task | None, row: Mapping[str, Any] = ROW) -> Score | ScorerError | None:
-    if ended is None or ended.answer is None:
-        return None
-    try:
-        return score_answer(MATH, ended.answer, row)
-    except ScorerError as exc:
-        return exc
+def end(
+    found: models.ExperimentItem,
+    ended: models.Task | None,
+    *,
+    package: bool = False,
+    sandbox: bool = True,
+    row: Mapping[str, Any] = ROW,
+) -> bool:
+    """`record_end` as the runner calls it: the rules' text to score, scored off the loop."""
+    to_score = None
+    if ended is not None:
+        to_score = scored_answer(
+            ended.status, ended.finish_reason, ended.answer, package=package, sandbox=sandbox
+        )
+    verdict: Score | ScorerError | None = None
+    if to_score is not None:
+        try:
+            verdict = score_answer(MATH, to_score, row)
+        except ScorerError as exc:
+            verdict = exc
+    return record_end(found, ended, MATH, verdict, to_score=to_score)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +88,7 @@ def test_an_item_ends_as_its_task_did(
     ended: models.Task | None, status: str, score: float | None, kind: str | None
 ) -> None:
     found = item()
-    assert record_end(found, ended, MATH, verdict(ended))
+    assert end(found, ended)
     assert (found.status, found.score, found.error_kind) == (status, score, kind)
     if ended is not None:
         assert (found.steps, found.prompt_tokens, found.completion_tokens) == (3, 100, 7)
@@ -81,12 +96,43 @@ def test_an_item_ends_as_its_task_did(
         assert found.answer == ended.answer
 
 
+@pytest.mark.parametrize(
+    ("ended", "sandbox", "status", "score", "kind", "answer"),
+    [
+        (task("succeeded", "submitted", "\\boxed{4}"), True, "scored", 1.0, None, "\\boxed{4}"),
+        # the package strips what `cat answer.txt` printed, colour codes and \r dropped
+        (task("succeeded", "submitted", " \x1b[1m4\x1b[0m\r\n"), True, "scored", 1.0, None, "4"),
+        # a vanilla reply is scored whole, as the package scores message.content
+        (task("succeeded", "submitted", " 4\n"), False, "scored", 1.0, None, " 4\n"),
+        # no answer, or the agent's budget ran out: the answer it left, or "", is scored
+        (task("succeeded", "submitted", None), True, "scored", 0.0, None, ""),
+        (task("failed", "max_steps", "4\n"), True, "scored", 1.0, None, "4"),
+        (task("failed", "context_limit"), True, "scored", 0.0, None, ""),
+        (task("failed", "timeout"), False, "scored", 0.0, None, ""),
+        # the service's failures are still not scored
+        (task("failed", "sandbox_error", "4"), True, "error", None, "infrastructure", "4"),
+        (task("failed", "worker_lost"), True, "error", None, "infrastructure", None),
+        (task("cancelled", "cancelled", "4"), True, "cancelled", None, None, "4"),
+    ],
+)
+def test_under_the_package_rules_an_item_is_scored_as_the_package_scores_it(
+    ended: models.Task,
+    sandbox: bool,
+    status: str,
+    score: float | None,
+    kind: str | None,
+    answer: str | None,
+) -> None:
+    found = item()
+    assert end(found, ended, package=True, sandbox=sandbox)
+    assert (found.status, found.score, found.error_kind) == (status, score, kind)
+    assert found.answer == answer
+
+
 def test_a_scorer_that_cannot_judge_is_an_error_of_kind_scorer_not_a_zero() -> None:
     found = item()
     ended = task("succeeded", "submitted", "\\boxed{4}")
-    assert record_end(
-        found, ended, MATH, verdict(ended, {**ROW, "ground_truth": {"not": "a number"}})
-    )
+    assert end(found, ended, row={**ROW, "ground_truth": {"not": "a number"}})
     assert (found.status, found.score, found.error_kind) == ("error", None, "scorer")
     assert "ground_truth" in found.detail["message"]
 
@@ -94,5 +140,6 @@ def test_a_scorer_that_cannot_judge_is_an_error_of_kind_scorer_not_a_zero() -> N
 def test_an_answer_not_scored_yet_is_left_running_untouched() -> None:
     """Its task ended after the runner scored the batch off the loop: the next step does."""
     found = item()
-    assert not record_end(found, task("succeeded", "submitted", "\\boxed{4}"), MATH)
+    ended = task("succeeded", "submitted", "\\boxed{4}")
+    assert not record_end(found, ended, MATH, None, to_score=ended.answer)
     assert (found.status, found.answer, found.steps) == ("running", None, None)

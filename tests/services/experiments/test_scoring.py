@@ -189,12 +189,12 @@ def test_an_answer_for_a_slow_scorer_waits_in_scoring_free_for_any_worker() -> N
         started_at=now,
         finished_at=now,
     )
-    record_end(answered, task, judge)
+    record_end(answered, task, judge, None, to_score=task.answer)
     assert (answered.status, answered.score, answered.scoring_until) == ("scoring", None, None)
     assert answered.answer == "1"
     silent = models.ExperimentItem(status="running", detail={})
     task.answer = None
-    record_end(silent, task, judge)
+    record_end(silent, task, judge, None, to_score=None)
     assert (silent.status, silent.error_kind) == ("error", "agent"), "nothing to judge"
 
 
