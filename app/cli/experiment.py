@@ -284,7 +284,8 @@ def print_results(results: Mapping[str, Any]) -> None:
     ks = sorted({k for arm in arms for k in (arm.get("pass_at_k") or {})}, key=int)
     console = Console()  # the terminal's width now (COLUMNS), not when the module was imported
     table = Table(title=f"results ({results.get('status', '')})")
-    for column in ("arm", "n", "mean", "ci95", *(f"pass@{k}" for k in ks), "errors"):
+    columns = ("arm", "n", "coverage", "mean", "ci95", *(f"pass@{k}" for k in ks), "errors")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("arm", "errors") else "right")
     table.add_column("tokens (prompt/completion)", justify="right")
     for arm in arms:
@@ -292,6 +293,7 @@ def print_results(results: Mapping[str, Any]) -> None:
         table.add_row(
             arm["arm"],
             str(arm["n"]),
+            coverage_text(arm.get("coverage")),
             _num(arm["mean"]),
             _interval(arm["ci95"]),
             *(_num(pass_at_k.get(k)) for k in ks),
@@ -337,6 +339,16 @@ def _interval(ci: Mapping[str, float] | None, *, signed: bool = False) -> str:
     if ci is None:
         return "-"
     return f"[{_num(ci['low'], signed=signed)}, {_num(ci['high'], signed=signed)}]"
+
+
+def coverage_text(coverage: Mapping[str, Any] | None) -> str:
+    """What the mean stands on, next to it: `8/10 scored, 2 not scored`."""
+    if not coverage:
+        return "-"
+    text = f"{coverage['scored']}/{coverage['items']} scored"
+    if coverage.get("not_scored"):
+        text += f", {coverage['not_scored']} not scored"
+    return text
 
 
 def _errors(arm: Mapping[str, Any]) -> str:

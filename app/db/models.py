@@ -224,6 +224,8 @@ class ExperimentItem(Base):
         JSONB, default=list, server_default=text("'[]'::jsonb")
     )
     """Earlier scorings, oldest first: `{grading, scorer, status, score, error_kind, detail}`."""
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """Times the item went back to `pending` after the service failed its task."""
 
 
 class ExperimentRow(Base):

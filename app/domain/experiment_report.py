@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from app.schemas.experiments import (
     ArmIntervalMethod,
     ArmResult,
+    Coverage,
     DomainResult,
     IntervalOut,
     PairOut,
@@ -50,6 +51,10 @@ class ItemLike(Protocol):
     def steps(self) -> int: ...
     @property
     def seconds(self) -> float: ...
+    @property
+    def retries(self) -> int:
+        """Runs again after the service failed its task."""
+        ...
 
 
 def arm_result(arm: str, items: Sequence[ItemLike], attempts: int) -> ArmResult:
@@ -82,7 +87,26 @@ def arm_result(arm: str, items: Sequence[ItemLike], attempts: int) -> ArmResult:
         steps=spread([item.steps for item in ran]),
         seconds=spread([item.seconds for item in ran]),
         domains={name: _domain(rows) for name, rows in sorted(domains.items())},
+        coverage=coverage(items),
     )
+
+
+def coverage(items: Sequence[ItemLike]) -> Coverage:
+    """The arm's items by whether they have a score, and why not."""
+    ended_error = [item for item in items if item.status == "error"]
+    agent = sum(item.error_kind == "agent" for item in ended_error)
+    return Coverage(
+        items=len(items),
+        scored=sum(item.status == "scored" for item in items),
+        agent_errors=agent,
+        not_scored=len(ended_error) - agent,
+        unfinished=sum(item.status in UNFINISHED for item in items),
+        cancelled=sum(item.status == "cancelled" for item in items),
+        retried=sum(bool(item.retries) for item in items),
+    )
+
+
+UNFINISHED = frozenset({"pending", "running", "scoring"})
 
 
 def _domain(rows: Sequence[Sequence[float]]) -> DomainResult:

@@ -61,6 +61,7 @@ class LocalItem:
     completion_tokens: int = 0
     steps: int = 0
     seconds: float = 0.0
+    retries: int = 0
     detail: dict[str, Any] = field(default_factory=dict)
     trajectory: list[Step] = field(default_factory=list)
 
@@ -133,12 +134,23 @@ async def run(
             async with slots:
                 item.status, item.task_id = "running", f"local-{number}"
                 on_change(local)
-                await _run_item(runner, settings, arms[item.arm], item, scorer, local.body.rules)
+                for retry in range(local.body.infrastructure_retries + 1):  # as the service
+                    item.retries, item.error_kind, item.score, item.detail = retry, None, None, {}
+                    await _run_item(
+                        runner, settings, arms[item.arm], item, scorer, local.body.rules
+                    )
+                    if not _failed_by_service(item):
+                        break
                 on_change(local)
 
         await asyncio.gather(*(one(n, item) for n, item in enumerate(local.items, 1)))
     local.elapsed_s = time.monotonic() - local.started
     return local
+
+
+def _failed_by_service(item: LocalItem) -> bool:
+    """Its task ended for the service's failure (a refused task would be refused again)."""
+    return item.error_kind == "infrastructure" and "reason" in item.detail
 
 
 async def _run_item(

@@ -131,6 +131,9 @@ class ExperimentCreate(_Strict):
     webhook: ExperimentWebhook | None = None
     """This experiment's own webhook, signed with the secret of the tenant's newest
     subscription (so the tenant needs one: `POST /v1/webhooks`)."""
+    infrastructure_retries: int = Field(default=1, ge=0, le=5)
+    """Times an item whose task the service failed (`sandbox_error`, `llm_error`,
+    `worker_lost`) runs again as a new task before it ends not scored."""
     rules: ScoringRules = "sandhive"
     """How an item's end becomes a score. `sandhive`: a submitted answer is scored as it
     is, and an agent that gave none (or ran out of steps, context or time) is an `agent`
@@ -208,6 +211,9 @@ class ExperimentOut(WireModel):
     null without one."""
     rules: ScoringRules = "sandhive"
     """How an item's end becomes a score (`ExperimentCreate.rules`)."""
+    infrastructure_retries: int = 0
+    """Runs again of an item the service failed (`ExperimentCreate.infrastructure_retries`;
+    0 for experiments created before there were any)."""
 
 
 class ItemOut(WireModel):
@@ -242,6 +248,9 @@ class ItemOut(WireModel):
     detail: dict[str, Any]
     """What the scorer reports (what it extracted and compared, a judge's exchange,
     an error's reason)."""
+    retries: int = 0
+    """Times it ran again as a new task after the service failed its task (`task_id` is
+    the last one's; the experiment's events name the earlier ones)."""
     gradings: list[dict[str, Any]] = Field(default_factory=list)
     """Earlier scorings of this item, oldest first (one per regrade):
     `{grading, scorer, status, score, error_kind, detail}`."""
@@ -291,6 +300,29 @@ class DomainResult(WireModel):
     """95% interval of that mean, over rows (as the arm's `ci95`)."""
 
 
+class Coverage(WireModel):
+    """What an arm's numbers stand on: its items by whether they have a score. `items` is
+    the sum of the other five."""
+
+    items: int = 0
+    """The arm's items (rows x attempts)."""
+    scored: int = 0
+    """Items with a score: what `mean`, `ci95` and the pairs are computed from."""
+    agent_errors: int = 0
+    """Items the model failed without a score (no answer, out of steps, context or time;
+    under `rules: package` these are scored instead)."""
+    not_scored: int = 0
+    """Items that ended without a score through no fault of the model: the service failed
+    (infrastructure, after the experiment's `infrastructure_retries`) or the scorer could
+    not judge. Left out of every number, never a 0; `errors` says which."""
+    unfinished: int = 0
+    """Items still pending, running or being scored."""
+    cancelled: int = 0
+    """Items cancelled."""
+    retried: int = 0
+    """Items run again after an infrastructure failure (counted once however many times)."""
+
+
 class ArmResult(WireModel):
     """One arm's score and costs."""
 
@@ -325,6 +357,8 @@ class ArmResult(WireModel):
     """Wall time of the items' tasks, start to finish."""
     domains: dict[str, DomainResult]
     """The same score per row `domain` (rows without one are left out)."""
+    coverage: Coverage = Field(default_factory=Coverage)
+    """How many of the arm's items the numbers stand on, and why the others have none."""
 
 
 class PairOut(WireModel):
@@ -395,7 +429,7 @@ class ExperimentEventOut(WireModel):
     seq: int | None
     """From 1 per experiment, no gaps; None only on a live-only `keepalive`."""
     type: str
-    """`item.started`, `item.ended`, `item.scored`, `experiment.regrading`,
+    """`item.started`, `item.ended`, `item.retried`, `item.scored`, `experiment.regrading`,
     `experiment.finished`, `experiment.cancelled`; live-only `keepalive`."""
     ts: datetime
     """When it happened."""

@@ -67,6 +67,13 @@
     return parts.length ? parts.join(", ") : "0";
   }
 
+  /** "8/10 scored · 2 not scored": what an arm's mean stands on. */
+  function coverageText(coverage) {
+    if (!coverage) return "—";
+    const text = `${coverage.scored}/${coverage.items} scored`;
+    return coverage.not_scored ? `${text} · ${coverage.not_scored} not scored` : text;
+  }
+
   function passText(passAtK) {
     if (!passAtK) return "—";
     return Object.entries(passAtK)
@@ -1003,6 +1010,7 @@
           el("th", { scope: "row", text: r.arm }),
           cell("mode", modes.get(r.arm) || ""),
           cell("n", number.format(r.n), r.n),
+          cell("coverage", coverageText(r.coverage), r.coverage ? [r.coverage.scored, r.coverage.items] : null),
           cell("mean", fixed(r.mean), r.mean),
           cell("ci95", interval(r.ci95), r.ci95),
           cell("pass_at_k", passText(r.pass_at_k), r.pass_at_k),
@@ -1037,11 +1045,11 @@
         ),
         table(
           "Results per arm",
-          ["Arm", "Mode", "n", "Mean", "95 % interval", "pass@k", "Errors", "Tokens (median, prompt → completion)", "Steps (median)", "Seconds (median)"],
+          ["Arm", "Mode", "n", "Coverage", "Mean", "95 % interval", "pass@k", "Errors", "Tokens (median, prompt → completion)", "Steps (median)", "Seconds (median)"],
           armRows,
           "exp-arms-table",
         ),
-        el("p", { class: "hint", text: "n counts scored items; the mean is mean@k (each row's attempts averaged, then the rows) and its interval is over rows; errors are counted apart, never as zeros." }),
+        el("p", { class: "hint", text: "n counts scored items; coverage says how many of the arm's items that is (not scored: the service or the scorer failed, never a zero); the mean is mean@k (each row's attempts averaged, then the rows) and its interval is over rows; errors are counted apart, never as zeros." }),
         pairRows.length
           ? el(
               "div",

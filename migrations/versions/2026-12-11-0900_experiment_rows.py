@@ -1,5 +1,5 @@
 """experiment rows: a dataset row stored once per experiment, not once per item; items
-indexed in start order.
+indexed in start order, and counting their runs again after an infrastructure failure.
 
 Expand only (docs/operations.md, "Upgrades"): items keep their `row` column, now nullable.
 Items written by earlier releases keep their copy, which this release reads when the
@@ -38,6 +38,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("experiment_id", "row_id", name=op.f("pk_experiment_rows")),
     )
     op.alter_column("experiment_items", "row", existing_type=postgresql.JSONB(), nullable=True)
+    # An item run again after an infrastructure failure; older releases never write it.
+    op.add_column(
+        "experiment_items",
+        sa.Column("retries", sa.Integer(), server_default=sa.text("0"), nullable=False),
+    )
     # Pages of an experiment's items in start order (its export, its results) by index.
     op.create_index(
         "ix_experiment_items_experiment_seq", "experiment_items", ["experiment_id", "seq"]
@@ -46,6 +51,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_experiment_items_experiment_seq", table_name="experiment_items")
+    op.drop_column("experiment_items", "retries")
     # Every item gets its copy back before the rows go, so the earlier release reads them all.
     op.execute(
         "UPDATE experiment_items AS i SET row = r.row FROM experiment_rows AS r "

@@ -181,6 +181,7 @@ def check_results_table(page: Page, results: dict[str, Any]) -> None:
     for arm in results["arms"]:
         row = page.locator(f".exp-arms-table tr[data-arm='{arm['arm']}']")
         expect(row.locator("[data-field=n]")).to_have_text(str(arm["n"]))
+        expect(row.locator("[data-field=coverage]")).to_have_text("5/5 scored")
         expect(row.locator("[data-field=mean]")).to_have_text(f"{arm['mean']:.3f}")
         expect(row.locator("[data-field=ci95]")).to_have_text(interval(arm["ci95"]))
         expect(row.locator("[data-field=pass_at_k]")).to_have_text("—")  # one attempt

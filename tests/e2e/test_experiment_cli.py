@@ -146,8 +146,8 @@ def test_a_package_folder_runs_on_the_service_in_both_modes(
     assert scripts.failures == [], scripts.failures
     (exp_id,) = re.findall(r"experiment (exp_\w+) on", done.stderr)
     table = done.stdout
-    assert re.search(r"sandbox\s+│\s+3\s+│\s+0\.667", table), table
-    assert re.search(r"vanilla\s+│\s+3\s+│\s+0\.333", table), table
+    assert re.search(r"sandbox\s+│\s+3\s+│\s+3/3 scored\s+│\s+0\.667", table), table
+    assert re.search(r"vanilla\s+│\s+3\s+│\s+3/3 scored\s+│\s+0\.333", table), table
     assert re.search(r"sandbox\s+│\s+vanilla\s+│\s+3\s+│.*\+0\.333.*1/2/0", table), table
     assert re.search(r"hoeffding\s+│\s+1/2/0\s+│\s+1\.000\s+│\s+too few pairs", table), table
 
@@ -289,7 +289,7 @@ def test_local_runs_in_one_process_and_writes_the_packages_results(
     done = run_app(*args, "--output-dir", tmp_path / "out", env=local_env(settings), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert scripts.failures == [], scripts.failures
-    assert re.search(r"sandbox\s+│\s+3\s+│\s+0\.667", done.stdout), done.stdout
+    assert re.search(r"sandbox\s+│\s+3\s+│\s+3/3 scored\s+│\s+0\.667", done.stdout), done.stdout
     (run,) = (tmp_path / "out").iterdir()
     assert re.fullmatch(r"\d{8}_\d{6}_arith", run.name)
     check_results(json.loads((run / "report.json").read_text()))

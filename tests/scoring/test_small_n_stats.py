@@ -121,6 +121,7 @@ class Item:
     completion_tokens: int = 0
     steps: int = 0
     seconds: float = 0.0
+    retries: int = 0
 
 
 def test_repeated_attempts_are_one_cluster() -> None:
@@ -140,6 +141,29 @@ def test_the_mean_is_mean_at_k_when_attempts_errored() -> None:
     arm = arm_result("a", items, attempts=3)
     assert (arm.n, arm.rows, arm.mean) == (4, 2, 0.5)
     assert arm.errors == {"agent": 1}
+
+
+def test_coverage_sorts_every_item_by_why_it_has_or_lacks_a_score() -> None:
+    """An infrastructure or scorer error is not scored (out of the mean, never a 0); the
+    five counts add up to the arm's items."""
+    items = [
+        Item("a", 1.0),
+        Item("b", 0.0, retries=1),
+        Item("c", None, status="error", error_kind="agent"),
+        Item("d", None, status="error", error_kind="infrastructure", retries=1),
+        Item("e", None, status="error", error_kind="scorer"),
+        Item("f", None, status="running"),
+        Item("g", None, status="scoring"),
+        Item("h", None, status="pending", task_id=None),
+        Item("i", None, status="cancelled"),
+    ]
+    arm = arm_result("a", items, attempts=1)
+    found = arm.coverage
+    assert (found.items, found.scored, found.agent_errors, found.not_scored) == (9, 2, 1, 2)
+    assert (found.unfinished, found.cancelled, found.retried) == (3, 1, 2)
+    parts = found.scored + found.agent_errors + found.not_scored + found.unfinished
+    assert parts + found.cancelled == found.items
+    assert (arm.n, arm.mean) == (2, 0.5), "the errors are not zeros in the mean"
 
 
 def test_two_attempts_per_row_and_missing_pairs() -> None:

@@ -151,6 +151,8 @@ async def test_a_judge_that_fails_is_a_scorer_error_with_the_failure_in_detail(
     assert item["detail"]["message"].startswith("the judge's call failed")
     assert len(item["detail"]["exchanges"]) == 2
     assert all("error" in e for e in item["detail"]["exchanges"])
+    (arm,) = (await client.get(f"{url}/results")).json()["arms"]
+    assert (arm["mean"], arm["coverage"]["scored"], arm["coverage"]["not_scored"]) == (None, 0, 1)
 
 
 async def test_a_worker_stopped_while_judging_gives_the_answer_back_to_another_at_once(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -271,3 +272,77 @@ async def test_an_item_ending_starts_the_next_one_without_waiting_for_the_tick(
         url = await submit(client, body)
         done = await settled(client, url, "finished", timeout_s=60)
     assert done["progress"] == {"v": progress(scored=4)}
+
+
+async def test_an_item_the_service_failed_runs_again_and_one_it_keeps_failing_is_not_scored(
+    fast: Settings,
+    client: httpx.AsyncClient,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    worker: Worker,
+) -> None:
+    """The model server refuses the first call of `flaky` (its first item's task ends
+    `llm_error`) and every call of `down`. With one retry, `flaky`'s item runs again and is
+    scored; `down`'s two are retried once each, then end not scored: never a 0, out of the
+    mean, and counted in the arm's coverage."""
+    flaky = f"flaky-{uuid.uuid4().hex[:8]}"
+    down = f"down-{uuid.uuid4().hex[:8]}"
+    reply = [Turn(content="\\boxed{4}")]
+    scripted_llm.add_script(flaky, Script(reply, tools="none", fail_status=400, fail_count=1))
+    scripted_llm.add_script(down, Script(reply, tools="none", fail_status=400))
+    rows = [{"id": f"q{i}", "problem_statement": "2 + 2?", "ground_truth": "4"} for i in (1, 2)]
+    body = {
+        "name": "retries",
+        "dataset": {"rows": rows},
+        "arms": [
+            {"name": "flaky", "mode": "vanilla", "task": {"llm": {"model": flaky}}},
+            {"name": "down", "mode": "vanilla", "task": {"llm": {"model": down}}},
+        ],
+        "scorer": {"kind": "math"},
+        "concurrency": 1,
+        "infrastructure_retries": 1,
+    }
+    url = await submit(client, body)
+    done = await settled(client, url, "finished")
+    assert done["infrastructure_retries"] == 1
+    assert done["progress"] == {"flaky": progress(scored=2), "down": progress(error=2)}
+    items = {(i["arm"], i["row_id"]): i for i in (await client.get(f"{url}/items")).json()["items"]}
+    assert [items[("flaky", q)]["retries"] for q in ("q1", "q2")] == [1, 0]
+    assert items[("flaky", "q1")]["score"] == 1.0
+    for q in ("q1", "q2"):
+        failed = items[("down", q)]
+        assert (failed["status"], failed["error_kind"], failed["score"]) == (
+            "error",
+            "infrastructure",
+            None,
+        )
+        assert (failed["retries"], failed["detail"]["reason"]) == (1, "llm_error")
+    results = (await client.get(f"{url}/results")).json()
+    by_arm = {arm["arm"]: arm for arm in results["arms"]}
+    assert by_arm["flaky"]["coverage"] == {
+        "items": 2,
+        "scored": 2,
+        "agent_errors": 0,
+        "not_scored": 0,
+        "unfinished": 0,
+        "cancelled": 0,
+        "retried": 1,
+    }
+    assert (by_arm["down"]["mean"], by_arm["down"]["n"]) == (None, 0), "not a 0"
+    assert by_arm["down"]["coverage"]["not_scored"] == 2
+    assert by_arm["down"]["coverage"]["retried"] == 2
+    assert results["pairs"] == [], "no row scored in both arms"
+    events = [
+        json.loads(line[len("data:") :])
+        for line in (await client.get(f"{url}/events", params={"after": 0})).text.splitlines()
+        if line.startswith("data:")
+    ]
+    retried = [e["data"] for e in events if e["type"] == "item.retried"]
+    assert sorted((e["arm"], e["row_id"], e["reason"], e["retries"]) for e in retried) == [
+        ("down", "q1", "llm_error", 1),
+        ("down", "q2", "llm_error", 1),
+        ("flaky", "q1", "llm_error", 1),
+    ]
+    async with sessions() as session:  # the failed tasks stay; each item links its last one
+        count = await session.scalar(select(func.count()).select_from(models.Task))
+    assert count == 4 + 3

@@ -64,4 +64,5 @@ def experiment_out(
         progress={arm["name"]: ArmProgress(**progress[arm["name"]]) for arm in arms},
         webhook=WebhookSpec.model_validate(exp.spec["webhook"]) if "webhook" in exp.spec else None,
         rules=exp.spec.get("rules", "sandhive"),
+        infrastructure_retries=exp.spec.get("infrastructure_retries", 0),
     )

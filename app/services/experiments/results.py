@@ -85,6 +85,7 @@ PROJECTED = (
     Item.completion_tokens,
     Item.steps,
     Item.seconds,
+    Item.retries,
     ROW_VALUE["domain"].label("domain"),
 )
 """What the report reads of an item: its outcome, its usage, its row's `domain`."""
@@ -104,6 +105,7 @@ class _Graded:
     completion_tokens: int
     steps: int
     seconds: float
+    retries: int
 
 
 def _graded(row: Row[Any], grading: int | None) -> _Graded:
@@ -127,4 +129,5 @@ def _graded(row: Row[Any], grading: int | None) -> _Graded:
         completion_tokens=row.completion_tokens or 0,
         steps=row.steps or 0,
         seconds=row.seconds or 0.0,
+        retries=row.retries or 0,
     )

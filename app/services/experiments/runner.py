@@ -232,6 +232,7 @@ async def _score_ended(
     except ValueError as exc:  # a stored spec this version cannot build: its items' error
         scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
     package = exp.spec.get("rules") == "package"
+    retries = int(exp.spec.get("infrastructure_retries", 0))
     modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
     events: list[Event] = []
     for item, ended in rows:
@@ -243,7 +244,14 @@ async def _score_ended(
             )
         answer, score = prescored.get(item.task_id or "") or (None, None)
         score = score if to_score is not None and answer == to_score else None
-        if record_end(item, ended, scorer, score, to_score=to_score):
+        failed = item.task_id
+        if not record_end(item, ended, scorer, score, to_score=to_score, retries=retries):
+            continue
+        if item.status == "pending":  # the service failed its task: it runs again
+            reason = ended.finish_reason if ended is not None else None
+            retried = {"task_id": failed, "reason": reason, "retries": item.retries}
+            events.append(("item.retried", {**item_key(item), **retried}))
+        else:
             events.append(("item.ended", ended_data(item)))
     return events
 
@@ -266,13 +274,16 @@ def record_end(
     score: Score | ScorerError | None,
     *,
     to_score: str | None,
+    retries: int = 0,
 ) -> bool:
     """The item's end from its task's: scored, cancelled or an error of some kind; or, with
     a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
     ScorerError for `scorer`: the scorer could not be built, so an answer is its error.
     `to_score`: the text the experiment's rules score for this end (`scored_answer`), kept
     as the item's answer. `score`: a built-in scorer's verdict on it, computed off the loop;
-    an answer to be scored without one is left as it is (False: not ended yet)."""
+    an answer to be scored without one is left as it is (False: not ended yet). An item
+    whose task the service failed goes back to `pending` without its task, while it has
+    been retried fewer than `retries` times (the experiment's `infrastructure_retries`)."""
     if task is not None and to_score is not None and _awaits_its_score(scorer, score):
         return False
     item.updated_at = utc_now()
@@ -286,9 +297,14 @@ def record_end(
         item.status = "cancelled"
     elif to_score is not None:
         _judge(item, scorer, score)
+    elif task.status != TaskStatus.succeeded and reason not in AGENT_REASONS:
+        if (item.retries or 0) < retries:
+            item.status, item.task_id, item.retries = "pending", None, (item.retries or 0) + 1
+        else:
+            message = task.error or f"the task ended with {reason}"
+            _error(item, "infrastructure", message, reason=reason, retries=item.retries)
     elif task.status != TaskStatus.succeeded:
-        kind = "agent" if reason in AGENT_REASONS else "infrastructure"
-        _error(item, kind, task.error or f"the task ended with {reason}", reason=reason)
+        _error(item, "agent", task.error or f"the task ended with {reason}", reason=reason)
     else:
         _error(item, "agent", "the agent gave no answer (no output/answer.txt)")
     return True

@@ -67,6 +67,7 @@ async def create_experiment(
             "scorer": checked.scorer,
             "attempts": body.attempts,
             "concurrency": body.concurrency,
+            "infrastructure_retries": body.infrastructure_retries,
             **({"webhook": own.model_dump(mode="json")} if own else {}),
             # Written only when asked for: a spec without it reads the same in an older release.
             **({"rules": body.rules} if body.rules != "sandhive" else {}),
@@ -106,6 +107,7 @@ def _items(experiment_id: str, checked: Checked, attempts: int) -> list[dict[str
                         "completion_tokens": 0,
                         "steps": 0,
                         "seconds": 0.0,
+                        "retries": 0,
                         "updated_at": now,
                     }
                 )
