@@ -29,9 +29,11 @@ from app.domain.package_folder import (
     FolderError,
     RunOptions,
     experiment_body,
+    parse_arms,
     parse_mode,
+    parse_rules,
     parse_scorer,
-    read_folder,
+    read_source,
     summary,
 )
 
@@ -85,8 +87,17 @@ def _refused(response: httpx.Response) -> NoReturn:
 
 @experiment_cli.command("run")
 def run(
-    path: Annotated[Path, typer.Argument(help="A task folder in the package's format.")],
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A task folder in the package's format (or none, with --data)."),
+    ] = None,
     mode: Annotated[str, typer.Option(help="sandbox, vanilla or both (two arms).")] = "sandbox",
+    arms: Annotated[
+        str | None, typer.Option(help="The arms by name: sandbox, vanilla or sandbox,vanilla.")
+    ] = None,
+    rules: Annotated[
+        str, typer.Option(help="How ends are scored: package (as llm-in-sandbox) or sandhive.")
+    ] = "package",
     server: ServerOpt = DEFAULT_SERVER,
     api_key: KeyOpt = None,
     local: Annotated[
@@ -125,9 +136,10 @@ def run(
         "output"
     ),
 ) -> None:
-    """Run a benchmark task folder (config.yaml, reward.py, ...) as an experiment."""
+    """Run a benchmark task folder (config.yaml, reward.py, ...), or the rows of a --data
+    file with a --scorer, as an experiment."""
     try:
-        chosen = parse_mode(mode)
+        chosen = parse_arms(arms) if arms is not None else parse_mode(mode)
         options = RunOptions(
             mode=chosen,
             start_id=start_id,
@@ -142,8 +154,8 @@ def run(
             scorer=parse_scorer(scorer) if scorer is not None else None,
             name=name,
         )
-        folder = read_folder(path, data=data, vanilla=chosen != "sandbox")
-        body = experiment_body(folder, options)
+        folder = read_source(path, data, vanilla=chosen != "sandbox")
+        body = {**experiment_body(folder, options), "rules": parse_rules(rules)}
     except FolderError as exc:
         fail(str(exc), code=2)
     if not json_out:

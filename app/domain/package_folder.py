@@ -67,7 +67,8 @@ class TaskFolder:
     path: Path
     name: str
     rows: list[dict[str, Any]]
-    prompts: PromptPair
+    prompts: PromptPair | None
+    """The sandbox arm's prompt pair; None for a data file alone (the service's default)."""
     reward: str | None
     """The source of reward.py (None when the folder has none)."""
     create_prompt: Callable[[dict[str, Any]], Any] | None = None
@@ -95,6 +96,25 @@ class RunOptions:
     scorer: dict[str, Any] | None = None
     """Instead of reward.py (e.g. `{"kind": "math"}`)."""
     name: str | None = None
+
+
+def read_source(path: Path | None, data: Path | None, *, vanilla: bool) -> TaskFolder:
+    """`sandhive experiment run`'s rows: a task folder (its `data` replaced by --data's), or
+    a data file alone."""
+    if path is not None:
+        return read_folder(path, data=data, vanilla=vanilla)
+    if data is not None:
+        return read_data(data)
+    raise FolderError("give a task folder, or a data file with --data FILE")
+
+
+def read_data(data: Path) -> TaskFolder:
+    """Rows from a JSON / JSON Lines file alone, no task folder: the service's own prompts
+    for the sandbox arm, a built-in or JSON `--scorer` (there is no reward.py)."""
+    rows = _checked(_load_rows(data), str(data))
+    return TaskFolder(
+        path=data, name=data.stem, rows=rows, prompts=None, reward=None, data_source=str(data)
+    )
 
 
 def read_folder(path: Path, *, data: Path | None = None, vanilla: bool = True) -> TaskFolder:
@@ -158,6 +178,22 @@ def _as_package(scorer: dict[str, Any]) -> dict[str, Any]:
     if scorer.get("kind") in PACKAGE_RULED and set(scorer) == {"kind"}:
         return {**scorer, "package": True}
     return scorer
+
+
+def parse_arms(value: str) -> Mode:
+    """`--arms sandbox,vanilla`: the arms by name, in any order."""
+    names = {name.strip() for name in value.split(",") if name.strip()}
+    if names == {"sandbox", "vanilla"}:
+        return "both"
+    if len(names) == 1 and names <= {"sandbox", "vanilla"}:
+        return "sandbox" if "sandbox" in names else "vanilla"
+    raise FolderError(f"--arms must name sandbox, vanilla or both (sandbox,vanilla), got {value!r}")
+
+
+def parse_rules(value: str) -> str:
+    if value not in ("package", "sandhive"):
+        raise FolderError(f"--rules must be package or sandhive, got {value!r}")
+    return value
 
 
 def parse_mode(value: str) -> Mode:
@@ -290,7 +326,11 @@ def _existing(path: Path, name: str) -> Path | None:
     return None
 
 
-def _load_rows(file: Path) -> list[dict[str, Any]]:
+Located = tuple[str, dict[str, Any]]
+"""A row and where it was read (`file:line` in JSON Lines, `file: row N` in JSON)."""
+
+
+def _load_rows(file: Path) -> list[Located]:
     """JSON (a list of rows, or {"rows"|"data": [...]}) or JSON Lines."""
     if not file.is_file():
         raise FolderError(f"{file}: no such data file")
@@ -298,37 +338,40 @@ def _load_rows(file: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(text)
     except ValueError:
-        data = _json_lines(file, text)
+        return _json_lines(file, text)
     if isinstance(data, dict):  # {"rows": [...]}, or JSON Lines of one row
         data = data.get("rows", data.get("data")) if "id" not in data else [data]
     if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
         raise FolderError(f"{file}: expected a list of row objects (or JSON Lines)")
-    return data
+    return [(f"{file}: row {i}", row) for i, row in enumerate(data)]
 
 
-def _json_lines(file: Path, text: str) -> list[Any]:
-    rows = []
+def _json_lines(file: Path, text: str) -> list[Located]:
+    rows: list[Located] = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except ValueError as exc:
                 raise FolderError(f"{file}:{number}: neither JSON nor JSON Lines ({exc})") from None
+            if not isinstance(row, dict):
+                raise FolderError(f"{file}:{number}: a row must be a JSON object")
+            rows.append((f"{file}:{number}", row))
     return rows
 
 
-def _checked(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+def _checked(rows: list[Located], source: str) -> list[dict[str, Any]]:
     """Rows as the package needs them (id, problem_statement, ground_truth) and their files
-    as an object without the empty entries a Hub export fills in."""
+    as an object; a problem names the file and the row's line (or index)."""
     if not rows:
         raise FolderError(f"{source}: the dataset has no rows")
     out = []
-    for i, row in enumerate(rows):
+    for where, row in rows:
         missing = [k for k in ("id", "problem_statement", "ground_truth") if k not in row]
         if missing:
-            raise FolderError(f"{source}: row {i} ({row.get('id', 'no id')!r}) lacks {missing}")
+            raise FolderError(f"{where} ({row.get('id', 'no id')!r}) lacks {missing}")
         out.append(
-            {**row, "input_files": _input_files(source, row)} if "input_files" in row else row
+            {**row, "input_files": _input_files(where, row)} if "input_files" in row else row
         )
     return out
 
@@ -339,7 +382,7 @@ def _input_files(source: str, row: Mapping[str, Any]) -> Any:
         try:
             value = json.loads(value) if value.strip() else {}
         except ValueError:
-            raise FolderError(f"{source}: row {row['id']!r}: input_files is not JSON") from None
+            raise FolderError(f"{source} ({row['id']!r}): input_files is not JSON") from None
     return value  # the service drops null contents, as the package does, or names the row
 
 
@@ -359,6 +402,11 @@ def _slice(rows: list[dict[str, Any]], start: int | None, end: int | None) -> li
 
 
 def _reward_scorer(folder: TaskFolder) -> dict[str, Any]:
+    if folder.reward is None and folder.path.is_file():
+        raise FolderError(
+            f"{folder.path}: rows without a task folder need --scorer (e.g. math, mcq, "
+            """exact, or a scorer's JSON such as '{"kind": "f1"}')"""
+        )
     if folder.reward is None:
         raise FolderError(
             f"{folder.path} has no {REWARD}: add one (compute_score(agent_answer, ground_truth,"
@@ -402,10 +450,10 @@ def _arm(
 ) -> dict[str, Any]:
     llm = _given(profile=options.llm_profile, model=model, temperature=options.temperature)
     task: dict[str, Any] = {"llm": llm} if llm else {}
-    if prompts is not None:  # the sandbox arm; a vanilla arm keeps the service's default
+    if prompts is not None:  # a folder's sandbox arm; otherwise the service's default
         task["prompt_config"] = prompts.as_option()
-        if options.max_steps is not None:
-            task["limits"] = {"max_steps": options.max_steps}
+    if name == "sandbox" and options.max_steps is not None:
+        task["limits"] = {"max_steps": options.max_steps}
     return {"name": name, "mode": name, "task": task}
 
 
@@ -422,6 +470,8 @@ def _read_text(path: Path) -> str:
 
 def summary(folder: TaskFolder) -> Sequence[str]:
     """What was read, to print before submitting."""
+    if folder.path.is_file():
+        return [f"{len(folder.rows)} rows from {folder.data_source} (no task folder)"]
     return [
         f"task folder {folder.path}: {len(folder.rows)} rows from {folder.data_source}",
         f"reward.py: {'yes' if folder.reward is not None else 'no'}; "

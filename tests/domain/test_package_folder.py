@@ -14,9 +14,11 @@ from app.domain.package_folder import (
     FolderError,
     RunOptions,
     experiment_body,
+    parse_arms,
     parse_mode,
     parse_scorer,
     read_folder,
+    read_source,
 )
 from app.errors import InvalidInput
 from app.schemas.experiments import ExperimentCreate
@@ -309,3 +311,38 @@ def test_the_packages_mode_names_are_understood() -> None:
     ]
     with pytest.raises(FolderError, match="sandbox, vanilla or both"):
         parse_mode("fast")
+
+
+def test_a_data_file_alone_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
+    data = tmp_path / "rows.jsonl"
+    good = {"id": "a", "problem_statement": "p", "ground_truth": "1"}
+    data.write_text(json.dumps(good) + "\n\n" + '{"id": "b", "problem_statement": "p"}\n')
+    with pytest.raises(FolderError, match=r"rows\.jsonl:3 \('b'\) lacks \['ground_truth'\]"):
+        read_source(None, data, vanilla=False)
+    data.write_text(json.dumps(good) + "\n{oops\n")
+    with pytest.raises(FolderError, match=r"rows\.jsonl:2: neither JSON nor JSON Lines"):
+        read_source(None, data, vanilla=False)
+    data.write_text(json.dumps(good) + "\n[1, 2]\n")
+    with pytest.raises(FolderError, match=r"rows\.jsonl:2: a row must be a JSON object"):
+        read_source(None, data, vanilla=False)
+    with pytest.raises(FolderError, match="give a task folder, or a data file"):
+        read_source(None, None, vanilla=False)
+
+
+def test_a_data_file_alone_runs_on_the_services_prompts_with_a_built_in_scorer(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps([{"id": 1, "problem_statement": "p", "ground_truth": "2"}]))
+    folder = read_source(None, data, vanilla=True)
+    with pytest.raises(FolderError, match=r"rows\.json: rows without a task folder need --scorer"):
+        experiment_body(folder, RunOptions())
+    options = RunOptions(mode=parse_arms("vanilla, sandbox"), scorer={"kind": "math"}, max_steps=4)
+    body = experiment_body(folder, options)
+    assert [arm["task"] for arm in body["arms"]] == [{"limits": {"max_steps": 4}}, {}], (
+        "no prompt_config: the service's own prompts; the steps limit on the sandbox arm"
+    )
+    assert accepted(body).scorer == {"kind": "math", "package": True}
+    assert (parse_arms("sandbox"), parse_arms("vanilla")) == ("sandbox", "vanilla")
+    with pytest.raises(FolderError, match="--arms must name"):
+        parse_arms("sandbox,judge")

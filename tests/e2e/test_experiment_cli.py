@@ -360,3 +360,43 @@ def test_a_folder_the_service_refuses_is_exit_2_naming_the_field(
     exp_id = submitted.stdout.strip()
     assert re.fullmatch(r"exp_\w+", exp_id), submitted.stdout
     assert httpx.get(f"{service.base_url}/v1/experiments/{exp_id}").json()["rows"] == 3
+
+
+def test_a_data_file_alone_runs_with_a_built_in_scorer(
+    service: Service, settings: Settings, scripted_llm: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    """No task folder: the rows of a JSON Lines file, the service's own prompts (input under
+    /testbed/input, the answer in /testbed/output), `--arms` and `--scorer` on the line."""
+    copy = "cp /testbed/input/n.txt /testbed/output/answer.txt"
+    scripted_llm.add_script(
+        "data-sandbox",
+        Script([Turn(tool="execute_bash", arguments={"command": copy}), Turn(tool="submit")]),
+    )
+    scripted_llm.add_script("data-vanilla", Script([Turn(content="42")], tools="none"))
+    data = tmp_path / "rows.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({**row, "input_files": {"n.txt": row["n"]}}) for row in ROWS) + "\n"
+    )
+    done = sandhive(
+        settings,
+        "experiment",
+        "run",
+        "--data",
+        data,
+        "--arms",
+        "sandbox,vanilla",
+        "--scorer",
+        "exact",
+        "--model",
+        "data-sandbox",
+        "--vanilla-model",
+        "data-vanilla",
+        "--server",
+        service.base_url,
+        "--json",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + service.logs()
+    out = json.loads(done.stdout)
+    assert (out["experiment"]["name"], out["experiment"]["rules"]) == ("rows (both)", "package")
+    check_results(out["results"])
