@@ -12,7 +12,9 @@
   const PAGE = 30;
   const POLL_MS = 3000;
   const STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"];
-  const FILTERS = ["q", "status", "model", "meta"];
+  const FILTERS = ["q", "status", "model", "meta", "origin"];
+  /** Which tasks the list shows: `in_experiment` of GET /v1/tasks for each choice. */
+  const ORIGINS = { "": "false", experiments: "true", all: null };
 
   const $ = (selector) => document.querySelector(selector);
 
@@ -38,8 +40,19 @@
     return [`metadata.${text.slice(0, at).trim()}`, text.slice(at + 1).trim()];
   }
 
+  /** An experiment item's task: which experiment and arm it runs (its metadata says). */
+  function experimentLabel(task) {
+    const meta = task.metadata || {};
+    if (typeof meta.experiment !== "string") return null;
+    return el("span", {
+      class: "tl-experiment",
+      title: `experiment ${meta.experiment}, arm ${meta.arm}, row ${meta.row}, attempt ${meta.attempt}`,
+      text: `exp ${shortId(meta.experiment)} · ${meta.arm}`,
+    });
+  }
+
   const taskList = {
-    filters: { q: "", status: "", model: "", meta: "" },
+    filters: { q: "", status: "", model: "", meta: "", origin: "" },
     items: [],
     cursor: null,
     selected: [],
@@ -87,6 +100,13 @@
           ),
           field("model", { placeholder: "model", "aria-label": "Model", maxlength: "200" }),
           field("meta", { placeholder: "metadata key=value", "aria-label": "Metadata key=value" }),
+          el(
+            "select",
+            { name: "origin", "aria-label": "Which tasks" },
+            el("option", { value: "", text: "not experiments'" }),
+            el("option", { value: "experiments", text: "experiment items" }),
+            el("option", { value: "all", text: "all tasks" }),
+          ),
         ),
       );
       this.form.addEventListener("input", (event) => {
@@ -154,12 +174,15 @@
       if (f.model) params.set("model", f.model);
       const meta = f.meta ? metadataParam(f.meta) : null;
       if (meta) params.set(meta[0], meta[1]);
+      const origin = ORIGINS[f.origin] === undefined ? ORIGINS[""] : ORIGINS[f.origin];
+      if (origin !== null) params.set("in_experiment", origin);
       for (const [name, value] of Object.entries(extra || {})) params.set(name, value);
       return params.toString();
     },
 
     filtered() {
-      return Boolean(this.filters.q || this.filters.status || this.filters.model || this.filters.meta);
+      const f = this.filters;
+      return Boolean(f.q || f.status || f.model || f.meta || f.origin);
     },
 
     /** The first page again, dropping what was loaded (the filters changed). */
@@ -230,7 +253,9 @@
       } else if (this.filters.meta && !metadataParam(this.filters.meta)) {
         note.textContent = "The metadata filter is not applied: write it as key=value.";
       } else if (!this.items.length) {
-        note.textContent = this.filtered() ? "No task matches these filters." : "No tasks yet.";
+        note.textContent = this.filtered()
+          ? "No task matches these filters."
+          : "No tasks yet (experiments' items are listed under \"experiment items\").";
       } else {
         note.replaceChildren();
       }
@@ -277,6 +302,7 @@
           el(
             "span",
             { class: "task-cols" },
+            experimentLabel(task),
             el("span", { class: `tl-status ${task.status}`, text: task.status }),
             el("span", { class: "tl-duration", "data-started": task.started_at || "", "data-finished": task.finished_at || "", text: ms == null ? "—" : formatMs(ms) }),
             el("span", { class: "tl-steps", text: `${task.usage.steps} step${task.usage.steps === 1 ? "" : "s"}` }),

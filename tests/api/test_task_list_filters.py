@@ -16,6 +16,7 @@ import pytest
 from app.db.engine import Sessions
 from app.ids import utc_now
 from tests.api.conftest import assert_error
+from tests.support.experiments import insert_one_item_experiment
 from tests.support.rows import SPEC, insert_task
 
 START = utc_now() - timedelta(days=1)
@@ -152,6 +153,29 @@ async def test_several_metadata_filters_and_other_filters_all_apply(
     assert await ids(client, params) == [corpus["catalan"]]
     both = [("metadata.team", "math"), ("metadata.team", "words")]
     assert await ids(client, both) == []
+
+
+async def test_in_experiment_keeps_or_drops_the_tasks_of_experiments_items(
+    client: httpx.AsyncClient, sessions: Sessions, corpus: dict[str, str]
+) -> None:
+    """Linked by an experiment item (not by metadata, which any task may carry)."""
+    spec = {"arms": [], "scorer": {"kind": "exact"}, "attempts": 1, "concurrency": 1}
+    exp_id = await insert_one_item_experiment(
+        sessions, spec, status="running", task_id=corpus["primes"]
+    )
+    assert exp_id
+    everything = newest_first(corpus, *corpus)
+    assert await ids(client, {}) == everything
+    assert await ids(client, {"in_experiment": "true"}) == [corpus["primes"]]
+    assert await ids(client, {"in_experiment": "false"}) == [
+        task for task in everything if task != corpus["primes"]
+    ]
+    listed = await ids(client, {"in_experiment": "false", "metadata.team": "math"})
+    assert listed == newest_first(corpus, "failed", "catalan")
+    error = assert_error(
+        await client.get("/v1/tasks", params={"in_experiment": "maybe"}), 422, "invalid_input"
+    )
+    assert error["details"][0]["loc"] == ["query", "in_experiment"]
 
 
 async def test_created_after_is_inclusive_and_created_before_exclusive(

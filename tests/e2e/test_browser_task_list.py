@@ -116,7 +116,34 @@ def tasks(service: Service) -> dict[str, Any]:
             "metadata": {"team": "math"},
         },
     )
+    experiment = httpx.post(
+        f"{base}/v1/experiments",
+        json={
+            "name": "listed apart",
+            "dataset": {
+                "rows": [
+                    {"id": f"q{i}", "problem_statement": f"sum {i}", "ground_truth": "x"}
+                    for i in (1, 2)
+                ]
+            },
+            "arms": [
+                {"name": "v", "mode": "vanilla", "task": {"llm": {**scripted, "model": "demo"}}}
+            ],
+            "scorer": {"kind": "contains"},
+        },
+        timeout=10,
+    )
+    assert experiment.status_code == 202, experiment.text
+    made["experiment"] = experiment.json()["id"]
     wait_finished(base, [made["cancelled"], made["demo"], made["tour"], *made["vanilla"]])
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        items = httpx.get(f"{base}/v1/experiments/{made['experiment']}/items", timeout=10)
+        made["experiment_tasks"] = [i["task_id"] for i in items.json()["items"]]
+        if all(made["experiment_tasks"]):
+            break
+        time.sleep(0.3)
+    wait_finished(base, made["experiment_tasks"])
     return made
 
 
@@ -191,6 +218,29 @@ def test_find_page_compare_and_refuse_an_oversize_file(
             page.fill("#task-filters input[name=meta]", "team=nobody")
             expect(rows(page)).to_have_count(0)
             expect(page.locator("#task-list-note")).to_have_text("No task matches these filters.")
+            page.fill("#task-filters input[name=meta]", "team=math")
+            expect(rows(page)).to_have_count(2)
+
+            # experiments' items are apart (not in the counts above), labelled when shown
+            page.fill("#task-filters input[name=meta]", "")
+            expect(rows(page)).to_have_count(30)
+            page.select_option("#task-filters select[name=origin]", "experiments")
+            expect(page).to_have_url(f"{base}/#/?origin=experiments")
+            for task_id in tasks["experiment_tasks"]:
+                expect(page.locator(f"#task-list li[data-id={task_id}]")).to_be_visible()
+            expect(rows(page)).to_have_count(2)
+            label = rows(page).first.locator(".tl-experiment")
+            expect(label).to_have_text(f"exp {tasks['experiment'][-8:]} · v")
+            expect(label).to_have_attribute(
+                "title",
+                re.compile(f"^experiment {tasks['experiment']}, arm v, row q[12], attempt 1$"),
+            )
+            shot(page, "experiment-items")
+            page.select_option("#task-filters select[name=origin]", "all")
+            expect(rows(page)).to_have_count(30)
+            page.click("#load-more")
+            expect(rows(page)).to_have_count(total + 2)
+            page.select_option("#task-filters select[name=origin]", "")
             page.fill("#task-filters input[name=meta]", "team=math")
             expect(rows(page)).to_have_count(2)
 

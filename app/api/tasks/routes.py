@@ -210,6 +210,10 @@ async def list_tasks(
             json_schema_extra={"format": "date-time"},
         ),
     ] = None,
+    in_experiment: Annotated[
+        bool | None,
+        Query(description="true: only the tasks of experiments' items; false: only the others"),
+    ] = None,
 ) -> TaskList:
     """The tenant's tasks, newest first; pass `next_cursor` back as `cursor` for the next page.
 
@@ -222,6 +226,7 @@ async def list_tasks(
         metadata=metadata_filters(request.query_params.multi_items()),
         created_after=iso_time("created_after", created_after),
         created_before=iso_time("created_before", created_before),
+        in_experiment=in_experiment,
     )
     return await tasks.list_tasks(
         res.sessions, tenant, status=status, limit=limit, cursor=cursor, filters=filters

@@ -1,4 +1,5 @@
-"""The task list's filters (`q`, `model`, `metadata.KEY`, `created_after`/`created_before`).
+"""The task list's filters (`q`, `model`, `metadata.KEY`, `created_after`/`created_before`,
+`in_experiment`).
 
 Every filter is a plain predicate on the tenant's newest-first walk down the
 (tenant_id, created_at) index, stopped at the page size: no trigram or GIN index is
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, or_
+from sqlalchemy import ColumnElement, Select, exists, or_
 
 from app.db import models
 from app.errors import InvalidInput
@@ -41,6 +42,8 @@ class TaskFilters:
     """Inclusive; a time without a zone is UTC."""
     created_before: datetime | None = None
     """Exclusive, so `created_after=X&created_before=Y` is the half-open interval [X, Y)."""
+    in_experiment: bool | None = None
+    """True: only the tasks that run experiments' items; False: only the others."""
 
     def apply(self, query: Select[models.Task]) -> Select[models.Task]:
         task = models.Task
@@ -57,6 +60,9 @@ class TaskFilters:
             query = query.where(task.created_at >= _aware(self.created_after))
         if self.created_before is not None:
             query = query.where(task.created_at < _aware(self.created_before))
+        if self.in_experiment is not None:  # by the items' unique task_id index
+            linked = exists().where(models.ExperimentItem.task_id == task.id)
+            query = query.where(linked if self.in_experiment else ~linked)
         return query
 
 
