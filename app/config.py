@@ -600,6 +600,10 @@ class Settings(BaseSettings):
     experiment_scoring_retry_s: float = Field(default=120.0, gt=0)
     """After a try the infrastructure failed (a `python` scorer's sandbox that Docker could
     not make or run), how long until the next; doubled at each further try."""
+    experiment_retry_backoff_s: float = Field(default=30.0, ge=0)
+    """How long an experiment's item whose task the service failed waits before it runs
+    again (its `infrastructure_retries`), doubled at each further retry: an outage of the
+    model server or of Docker is waited out, not used up in seconds."""
     unavailable_retry_after_s: int = Field(default=5, ge=1)
     """The `Retry-After` of the 503s a call gets while Postgres (`database_unavailable`) or
     Redis (`redis_unavailable`) is unreachable."""

@@ -333,6 +333,9 @@ def print_results(results: Mapping[str, Any]) -> None:
                 str(pair.get("verdict", "")).replace("_", " "),
             )
         console.print(pairs)
+        for pair in results["pairs"]:
+            if pair.get("summary"):
+                console.print(f"{pair['a']} - {pair['b']}: {pair['summary']}", markup=False)
 
 
 def _p_value(value: float | None) -> str:

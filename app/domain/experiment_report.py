@@ -177,7 +177,25 @@ def compare(
         losses=found.losses,
         p_value=found.p_value,
         verdict=found.verdict,
+        summary=pair_summary(a, b, found),
     )
+
+
+def pair_summary(a: str, b: str, found: stats.PairedComparison) -> str:
+    """What the verdict means for this run, in one sentence a reader can quote."""
+    low, high = found.interval.low, found.interval.high
+    rows = f"{found.n} row{'s' if found.n != 1 else ''}"
+    if found.verdict == "a_higher":
+        return f"{a} higher by {found.difference:.3f} [{low:.3f}, {high:.3f}] on {rows}"
+    if found.verdict == "b_higher":
+        return f"{b} higher by {-found.difference:.3f} [{-high:.3f}, {-low:.3f}] on {rows}"
+    decided = found.wins + found.losses
+    if found.verdict == "too_few_pairs":
+        return (
+            f"too few rows with a winner ({decided}; {stats.MIN_PAIRS} needed) "
+            f"to tell {a} and {b} apart"
+        )
+    return f"cannot tell {a} and {b} apart on {rows}"
 
 
 def _scored(items: Sequence[ItemLike]) -> list[ItemLike]:

@@ -135,13 +135,15 @@ async def run(
                 item.status, item.task_id = "running", f"local-{number}"
                 on_change(local)
                 for retry in range(local.body.infrastructure_retries + 1):  # as the service
+                    if retry:  # its backoff, doubled at each further retry
+                        await asyncio.sleep(settings.experiment_retry_backoff_s * 2 ** (retry - 1))
                     item.retries, item.error_kind, item.score, item.detail = retry, None, None, {}
                     await _run_item(
                         runner, settings, arms[item.arm], item, scorer, local.body.rules
                     )
+                    on_change(local)
                     if not _failed_by_service(item):
                         break
-                on_change(local)
 
         await asyncio.gather(*(one(n, item) for n, item in enumerate(local.items, 1)))
     local.elapsed_s = time.monotonic() - local.started
@@ -149,8 +151,9 @@ async def run(
 
 
 def _failed_by_service(item: LocalItem) -> bool:
-    """Its task ended for the service's failure (a refused task would be refused again)."""
-    return item.error_kind == "infrastructure" and "reason" in item.detail
+    """Its task ended for the service's failure: an infrastructure error with the task's
+    finish reason (a task refused before it ran has none, and would be refused again)."""
+    return item.error_kind == "infrastructure" and item.detail.get("reason") is not None
 
 
 async def _run_item(
@@ -193,7 +196,7 @@ async def _run_item(
     elif status is not TaskStatus.succeeded:
         kind = "agent" if outcome.finish_reason in AGENT_REASONS else "infrastructure"
         error = outcome.error or f"the task ended with {outcome.finish_reason}"
-        _error(item, kind, error, reason=str(outcome.finish_reason))
+        _error(item, kind, error, reason=str(outcome.finish_reason), retries=item.retries)
     else:
         _error(item, "agent", "the agent gave no answer (no answer.txt in its output dir)")
 

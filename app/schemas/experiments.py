@@ -234,7 +234,8 @@ class ItemOut(WireModel):
     """Whose failure an `error` is: `agent` (no usable answer), `infrastructure` (the task
     could not run) or `scorer`; null otherwise."""
     answer: str | None
-    """The task's answer; null without one."""
+    """The task's answer; null without one. Under `rules: package`, the text scored: the
+    answer as the package reads it, or the empty text."""
     task_id: str | None
     """The task that ran it; null before it started."""
     prompt_tokens: int
@@ -394,6 +395,10 @@ class PairOut(WireModel):
     )
     """`too_few_pairs` below 8 rows with a winner (no clear difference can be shown there);
     `a_higher` / `b_higher` only when p < 0.05 and the interval lies on that side of 0."""
+    summary: str = ""
+    """The verdict in words for this run: "sandbox higher by 0.170 [0.030, 0.310] on 40
+    rows", "cannot tell sandbox and vanilla apart on 6 rows", "too few rows with a
+    winner (5; 8 needed) to tell sandbox and vanilla apart"."""
 
 
 class ResultsOut(WireModel):

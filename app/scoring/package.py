@@ -7,8 +7,8 @@ apples" phrase, a numeric tolerance, the pronoun "I" never taken for choice I). 
 follow llm-in-sandbox 0.2.0's `benchmark/math/reward.py` and `benchmark/{chem,biomed}/
 reward.py` instead, rule for rule, with the same library (math-verify) where it uses one;
 tests/scoring/test_package_reward_parity.py scores the same answers through the package's
-own code and through these. Like the package, an answer they cannot read scores 0, and
-only a ground truth they cannot use is an error.
+own code and through these. Like the package, an answer they cannot read scores 0, and so
+does a ground truth that is not text; only a missing one is an error.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ class PackageMathScorer:
     needs_ground_truth: ClassVar[bool] = True
 
     def score(self, answer: str | None, row: Mapping[str, Any]) -> Score:
+        if (untextual := _not_text(row)) is not None:
+            return untextual
         references = ground_truths(row, self.kind)
         extracted = boxed_or_whole(answer or "")
         for reference in references:
@@ -82,6 +84,8 @@ class PackageMcqScorer:
     needs_ground_truth: ClassVar[bool] = True
 
     def score(self, answer: str | None, row: Mapping[str, Any]) -> Score:
+        if (untextual := _not_text(row)) is not None:
+            return untextual
         text = answer or ""
         expected = [reference.strip().upper() for reference in ground_truths(row, self.kind)]
         chosen = text.strip().upper()
@@ -89,6 +93,17 @@ class PackageMcqScorer:
             chosen = package_choice(text)
         detail = {"extracted": chosen, "rule": "package", "ground_truth": expected[0]}
         return Score(1.0 if chosen in expected else 0.0, detail)
+
+
+def _not_text(row: Mapping[str, Any]) -> Score | None:
+    """The package's score of a ground truth that is not text (a number, a list): its math
+    reward fails inside its `try` and its letter match outside, in the runner's; 0 both
+    ways. Sandhive's own scorers read numbers and lists; these keep the package's number."""
+    value = row.get("ground_truth")
+    if value is None or isinstance(value, str):
+        return None  # None: the usual "needs a ground_truth" error
+    reason = f"the package's reward.py scores a ground truth that is not text ({value!r}) 0"
+    return Score(0.0, {"rule": "package", "reason": reason})
 
 
 def package_choice(text: str) -> str:

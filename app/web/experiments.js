@@ -1056,6 +1056,7 @@
               {},
               el("h3", { text: "Paired comparison (rows both arms scored)" }),
               table("Paired comparison", ["a − b", "Rows", "Mean a", "Mean b", "Difference", "95 % interval (method)", "Wins / ties / losses (a)", "p (sign test)", "Verdict"], pairRows, "exp-pairs-table"),
+              el("ul", { class: "exp-pair-summaries" }, results.pairs.map((p) => el("li", { "data-pair": `${p.a}|${p.b}`, text: p.summary || "" }))),
               el("p", { class: "hint", text: "A difference is clear only when the sign test's p is under 0.05 and the interval excludes 0; under 8 rows with a winner none can be shown. Wins count rows where a scored higher." }),
             )
           : null,

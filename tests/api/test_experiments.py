@@ -336,3 +336,102 @@ async def test_items_refused_by_backpressure_wait_and_start_later(
         after = (await client.get(f"/v1/experiments/{exp['id']}")).json()
         assert [p["running"] for p in after["progress"].values()] == [1, 1]
         assert sum(p["pending"] for p in after["progress"].values()) == 4
+
+
+async def fail_task(sessions: Sessions, task_id: str, reason: str = "llm_error") -> None:
+    """The task ends as if the service had failed it (no worker needed)."""
+    async with sessions.begin() as session:
+        await session.execute(
+            text(
+                "UPDATE tasks SET status = 'failed', finish_reason = :reason, "
+                "error = 'the model server refused', usage = '{\"steps\": 2}', "
+                "finished_at = now() WHERE id = :id"
+            ),
+            {"id": task_id, "reason": reason},
+        )
+
+
+async def test_an_item_the_service_failed_waits_out_its_backoff_then_runs_again(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    settings = make_settings(experiment_retry_backoff_s=3600)
+    body = experiment(arms=[{"name": "a"}], concurrency=1, infrastructure_retries=1)
+    async with serve(create_app(settings)) as client:
+        exp = (await client.post("/v1/experiments", json=body)).json()
+        url = f"/v1/experiments/{exp['id']}"
+        (first,) = [i for i in (await client.get(f"{url}/items")).json()["items"] if i["task_id"]]
+        await fail_task(sessions, first["task_id"])
+        async with open_resources(settings) as res:
+            await experiment_runner.advance_all(res.sessions, res.redis, settings)
+            items = (await client.get(f"{url}/items")).json()["items"]
+            waiting = next(i for i in items if i["row_id"] == first["row_id"])
+            assert (waiting["status"], waiting["task_id"], waiting["retries"]) == (
+                "pending",
+                None,
+                1,
+            )
+            assert (waiting["steps"], waiting["answer"]) == (0, None), "the failed run is not its"
+            assert [i["task_id"] is not None for i in items] == [False, True, False], (
+                "concurrency 1: the next row took the slot; q1 waits out its hour"
+            )
+            async with sessions.begin() as session:  # an hour later, on Postgres's clock
+                await session.execute(
+                    text(
+                        "UPDATE experiment_items SET updated_at = now() - interval '2 hours' "
+                        "WHERE experiment_id = :id AND row_id = 'q1'"
+                    ),
+                    {"id": exp["id"]},
+                )
+            second = next(i for i in items if i["task_id"])
+            await fail_task(sessions, second["task_id"], reason="max_steps")  # the agent's
+            await experiment_runner.advance_all(res.sessions, res.redis, settings)
+        items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+    async with sessions() as session:  # the log the stream replays (it follows a running one)
+        retried = list(
+            await session.scalars(
+                select(models.ExperimentEvent.data).where(
+                    models.ExperimentEvent.experiment_id == exp["id"],
+                    models.ExperimentEvent.type == "item.retried",
+                )
+            )
+        )
+    assert items["q1"]["status"] == "running"
+    assert items["q1"]["task_id"] not in (None, first["task_id"])
+    assert (items["q2"]["status"], items["q2"]["error_kind"], items["q2"]["retries"]) == (
+        "error",
+        "agent",
+        0,
+    ), "only the service's failures are retried"
+    (data,) = retried
+    assert (data["row_id"], data["task_id"], data["reason"], data["retries"]) == (
+        "q1",
+        first["task_id"],
+        "llm_error",
+        1,
+    )
+    assert data["usage"]["steps"] == 2, "what the failed run cost is in the log"
+
+
+async def test_a_cancelled_experiment_ends_an_item_the_service_failed_instead_of_retrying(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """Its task failed as the cancel reached it: nothing starts any more, so the item ends."""
+    settings = make_settings(experiment_retry_backoff_s=0)
+    body = experiment(arms=[{"name": "a"}], concurrency=1, infrastructure_retries=3)
+    async with serve(create_app(settings)) as client:
+        exp = (await client.post("/v1/experiments", json=body)).json()
+        url = f"/v1/experiments/{exp['id']}"
+        (running,) = [i for i in (await client.get(f"{url}/items")).json()["items"] if i["task_id"]]
+        await fail_task(sessions, running["task_id"])  # ends failed before the cancel lands
+        assert (await client.post(f"{url}/cancel")).status_code == 202
+        async with open_resources(settings) as res:
+            await experiment_runner.advance_all(res.sessions, res.redis, settings)
+        items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+    ended = items[running["row_id"]]
+    assert (ended["status"], ended["error_kind"], ended["retries"]) == (
+        "error",
+        "infrastructure",
+        0,
+    )
+    assert ended["detail"]["reason"] == "llm_error"
+    assert {i["status"] for i in items.values()} == {"error", "cancelled"}

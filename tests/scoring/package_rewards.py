@@ -11,6 +11,7 @@ process of its own: the package's modules come from `make reference-package`, it
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -21,10 +22,11 @@ def main() -> None:
     sys.modules.setdefault("litellm", types.ModuleType("litellm"))
     cases = json.load(sys.stdin)
     scores = []
-    for task, answer, row in cases:
-        reward = importlib.import_module(f"llm_in_sandbox.benchmark.{task}.reward")
-        fields = {key: value for key, value in row.items() if key != "ground_truth"}
-        scores.append(reward.compute_score(answer, row["ground_truth"], **fields))
+    with contextlib.redirect_stdout(sys.stderr):  # what the rewards print is not the result
+        for task, answer, row in cases:
+            reward = importlib.import_module(f"llm_in_sandbox.benchmark.{task}.reward")
+            fields = {key: value for key, value in row.items() if key != "ground_truth"}
+            scores.append(reward.compute_score(answer, row["ground_truth"], **fields))
     json.dump(scores, sys.stdout)
 
 

@@ -98,6 +98,33 @@ CASES = (
 )
 
 
+UNTEXTUAL: list[tuple[str, str, Any]] = [
+    ("math", r"\boxed{42}", 42),
+    ("math", "42", [42, "42"]),
+    ("chem", "B", ["B"]),
+]
+"""Ground truths that are not text: Sandhive's own scorers read them, the package's score 0
+(its math reward fails inside its `try`; its letter match raises, and its runner scores 0)."""
+
+
+def test_a_ground_truth_that_is_not_text_scores_as_the_package_scores_it() -> None:
+    for task, answer, truth in UNTEXTUAL:
+        found = score_answer(scorer_for(SCORERS[task]), answer, {"ground_truth": truth}).value
+        assert found == 0.0, (task, answer, truth)
+    cases = [[task, answer, {"ground_truth": truth}] for task, answer, truth in UNTEXTUAL]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "scoring" / "package_rewards.py")],
+        input=json.dumps(cases[:2]),  # the math ones: chem's raises, as in the package's run
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(PACKAGE_LIB), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == [0.0, 0.0]
+
+
 def package_reads(raw: str) -> str:
     """What the package's runner passes its reward for a sandbox run's answer.txt."""
     return re.sub(r"\x1b\[[0-9;]*m|\r", "", raw).strip()

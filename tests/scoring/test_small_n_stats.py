@@ -195,3 +195,26 @@ def test_seven_rows_all_won_are_too_few_and_eight_are_enough() -> None:
 def test_hoeffding_refuses_values_outside_its_bounds() -> None:
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
         hoeffding_interval([0.5, 1.5], 0, 1)
+
+
+def test_each_pair_says_in_words_what_its_interval_means() -> None:
+    higher = [Item(f"r{i}", 1.0) for i in range(10)]
+    lower = [Item(f"r{i}", 0.0 if i < 9 else 1.0) for i in range(10)]
+    won = compare("sandbox", higher, "vanilla", lower)
+    assert won is not None
+    assert won.verdict == "a_higher"
+    low, high = won.ci95.low, won.ci95.high
+    assert won.summary == f"sandbox higher by 0.900 [{low:.3f}, {high:.3f}] on 10 rows"
+    lost = compare("vanilla", lower, "sandbox", higher)
+    assert lost is not None
+    assert lost.verdict == "b_higher"
+    assert lost.summary == f"sandbox higher by 0.900 [{low:.3f}, {high:.3f}] on 10 rows"
+    few = compare("a", higher[:6], "b", lower[:6])
+    assert few is not None
+    assert few.summary == "too few rows with a winner (6; 8 needed) to tell a and b apart"
+    even = [Item(f"r{i}", float(i % 2)) for i in range(20)]
+    odd = [Item(f"r{i}", float(1 - i % 2)) for i in range(20)]
+    unclear = compare("a", even, "b", odd)
+    assert unclear is not None
+    assert unclear.verdict == "no_clear_difference"
+    assert unclear.summary == "cannot tell a and b apart on 20 rows"

@@ -64,8 +64,15 @@ async def running_worker(settings: Settings) -> AsyncIterator[Worker]:
 
 @pytest.fixture
 def fast(settings: Settings) -> Settings:
-    """For experiments: the advancing chore every 0.2 s, 4 items at once per worker."""
-    return settings.model_copy(update={"experiment_tick_s": 0.2, "worker_concurrency": 4})
+    """For experiments: the advancing chore every 0.2 s, 4 items at once per worker, an
+    item the service failed rerun after 0.1 s."""
+    return settings.model_copy(
+        update={
+            "experiment_tick_s": 0.2,
+            "worker_concurrency": 4,
+            "experiment_retry_backoff_s": 0.1,
+        }
+    )
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ commit; if that fails, reconciliation enqueues the committed rows (invariant 1).
 A slow (deferred) scorer is not run here: its items move to `scoring`, and a worker's
 scoring loop scores them outside this transaction (`experiment_scoring`). Every change is
 reported by an experiment event recorded in the same transaction (item.started, item.ended,
-experiment.finished); followers are woken after the commit.
+item.retried, experiment.finished); followers are woken after the commit.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from app import metrics
 from app.bus import keys, queue
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, db_now
 from app.domain.resolve import check_inputs, resolve_spec
 from app.domain.scored_answer import AGENT_REASONS, scored_answer
 from app.errors import InvalidInput, TooLarge, TooManyRequests
@@ -232,7 +232,8 @@ async def _score_ended(
     except ValueError as exc:  # a stored spec this version cannot build: its items' error
         scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
     package = exp.spec.get("rules") == "package"
-    retries = int(exp.spec.get("infrastructure_retries", 0))
+    # A cancelled experiment starts nothing more: its failed items end, none waits to rerun.
+    retries = int(exp.spec.get("infrastructure_retries", 0)) if exp.status == "running" else 0
     modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
     events: list[Event] = []
     for item, ended in rows:
@@ -247,9 +248,15 @@ async def _score_ended(
         failed = item.task_id
         if not record_end(item, ended, scorer, score, to_score=to_score, retries=retries):
             continue
-        if item.status == "pending":  # the service failed its task: it runs again
-            reason = ended.finish_reason if ended is not None else None
-            retried = {"task_id": failed, "reason": reason, "retries": item.retries}
+        if item.status == "pending":  # the service failed its task: it runs again, later
+            assert ended is not None  # only a task's failure is retried
+            item.updated_at = await db_now(session)  # the backoff's start, on one clock
+            retried = {
+                "task_id": failed,
+                "reason": ended.finish_reason,
+                "retries": item.retries,
+                "usage": dict(ended.usage or {}),
+            }
             events.append(("item.retried", {**item_key(item), **retried}))
         else:
             events.append(("item.ended", ended_data(item)))
@@ -290,19 +297,20 @@ def record_end(
     if task is None:
         _error(item, "infrastructure", "the item's task no longer exists")
         return True
+    reason = FinishReason(task.finish_reason) if task.finish_reason else None
+    failed = task.status == TaskStatus.failed and reason not in AGENT_REASONS
+    if failed and (item.retries or 0) < retries:  # as if it had not run: no usage, no answer
+        item.status, item.task_id, item.retries = "pending", None, (item.retries or 0) + 1
+        return True
     _copy_usage(item, task)
     item.answer = task.answer if to_score is None else to_score
-    reason = FinishReason(task.finish_reason) if task.finish_reason else None
     if task.status == TaskStatus.cancelled:
         item.status = "cancelled"
     elif to_score is not None:
         _judge(item, scorer, score)
-    elif task.status != TaskStatus.succeeded and reason not in AGENT_REASONS:
-        if (item.retries or 0) < retries:
-            item.status, item.task_id, item.retries = "pending", None, (item.retries or 0) + 1
-        else:
-            message = task.error or f"the task ended with {reason}"
-            _error(item, "infrastructure", message, reason=reason, retries=item.retries)
+    elif failed:
+        message = task.error or f"the task ended with {reason}"
+        _error(item, "infrastructure", message, reason=reason, retries=item.retries or 0)
     elif task.status != TaskStatus.succeeded:
         _error(item, "agent", task.error or f"the task ended with {reason}", reason=reason)
     else:
@@ -362,9 +370,16 @@ async def _start_pending(
     slots = int(exp.spec["concurrency"]) - int(running or 0)
     if slots <= 0:
         return []
+    backoff = settings.experiment_retry_backoff_s * func.power(2, Item.retries - 1)
     pending = await session.execute(
         with_rows(select(Item, ROW))
         .where(Item.experiment_id == exp.id, Item.status == "pending")
+        .where(  # a retried item waits out its backoff, on Postgres's clock
+            or_(
+                Item.retries == 0,
+                Item.updated_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, backoff),
+            )
+        )
         .order_by(Item.seq)
         .limit(slots)
         .with_for_update(of=Item)

@@ -139,6 +139,7 @@ async def _experiment_lines(
                 .options(COMPACT)
                 .where(Item.experiment_id == experiment_id)
                 .where(Item.row_id.in_({row_id for _, row_id in groups}))
+                .where(Item.arm.in_({arm for arm, _ in groups}))
             )
             placed = _placed([m for m in members if (m.arm, m.row_id) in groups])
         for start in range(0, len(page), LINES_BATCH):
