@@ -435,3 +435,49 @@ async def test_a_cancelled_experiment_ends_an_item_the_service_failed_instead_of
     )
     assert ended["detail"]["reason"] == "llm_error"
     assert {i["status"] for i in items.values()} == {"error", "cancelled"}
+
+
+async def test_under_the_package_rules_an_agent_out_of_steps_is_scored_on_its_answer(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    """A built-in scorer (scored before the advancing transaction): a sandbox task that ran
+    out of steps after writing `  4` is scored on "4", as the package reads answer.txt;
+    one that wrote nothing is scored on the empty text."""
+    settings = make_settings()
+    rows = [{"id": f"q{i}", "problem_statement": "2 + 2?", "ground_truth": "4"} for i in (1, 2)]
+    body = {
+        "name": "package rules",
+        "dataset": {"rows": rows},
+        "arms": [{"name": "s"}],
+        "scorer": {"kind": "exact", "case_sensitive": True},
+        "concurrency": 2,
+        "rules": "package",
+    }
+    async with serve(create_app(settings)) as client:
+        exp = (await client.post("/v1/experiments", json=body)).json()
+        url = f"/v1/experiments/{exp['id']}"
+        items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+        async with sessions.begin() as session:
+            for row_id, answer in (("q1", "  4\n"), ("q2", None)):
+                await session.execute(
+                    text(
+                        "UPDATE tasks SET status = 'failed', finish_reason = 'max_steps', "
+                        "answer = :answer, finished_at = now() WHERE id = :id"
+                    ),
+                    {"id": items[row_id]["task_id"], "answer": answer},
+                )
+        async with open_resources(settings) as res:
+            await experiment_runner.advance_all(res.sessions, res.redis, settings)
+        items = {i["row_id"]: i for i in (await client.get(f"{url}/items")).json()["items"]}
+        done = (await client.get(url)).json()
+    assert (items["q1"]["status"], items["q1"]["score"], items["q1"]["answer"]) == (
+        "scored",
+        1.0,
+        "4",
+    )
+    assert (items["q2"]["status"], items["q2"]["score"], items["q2"]["answer"]) == (
+        "scored",
+        0.0,
+        "",
+    )
+    assert (done["status"], done["rules"]) == ("finished", "package")

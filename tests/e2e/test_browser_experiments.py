@@ -206,6 +206,11 @@ def check_results_table(page: Page, results: dict[str, Any]) -> None:
     assert pair["p_value"] == pytest.approx(0.5), "2 wins, 0 losses: the sign test's 2 / 2^2"
     expect(row.locator("[data-field=p_value]")).to_have_text("0.500")
     expect(row.locator("[data-field=verdict]")).to_have_text("too few pairs")
+    summary = "too few rows with a winner (2; 8 needed) to tell sandbox and vanilla apart"
+    assert pair["summary"] == summary
+    expect(page.locator(".exp-pair-summaries li[data-pair='sandbox|vanilla']")).to_have_text(
+        summary
+    )
     expect(row.locator("[data-field=mean_a]")).to_have_text("0.800")
     expect(row.locator("[data-field=mean_b]")).to_have_text("0.400")
 

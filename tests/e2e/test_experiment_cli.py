@@ -150,6 +150,8 @@ def test_a_package_folder_runs_on_the_service_in_both_modes(
     assert re.search(r"vanilla\s+│\s+3\s+│\s+3/3 scored\s+│\s+0\.333", table), table
     assert re.search(r"sandbox\s+│\s+vanilla\s+│\s+3\s+│.*\+0\.333.*1/2/0", table), table
     assert re.search(r"hoeffding\s+│\s+1/2/0\s+│\s+1\.000\s+│\s+too few pairs", table), table
+    words = "too few rows with a winner (1; 8 needed) to tell sandbox and vanilla apart"
+    assert f"sandbox - vanilla: {words}" in table, table
 
     results = sandhive(settings, "experiment", "results", exp_id, *server, "--json", cwd=tmp_path)
     assert results.returncode == 0, results.stderr
