@@ -112,17 +112,8 @@ def test_a_ground_truth_that_is_not_text_scores_as_the_package_scores_it() -> No
         found = score_answer(scorer_for(SCORERS[task]), answer, {"ground_truth": truth}).value
         assert found == 0.0, (task, answer, truth)
     cases = [[task, answer, {"ground_truth": truth}] for task, answer, truth in UNTEXTUAL]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "scoring" / "package_rewards.py")],
-        input=json.dumps(cases[:2]),  # the math ones: chem's raises, as in the package's run
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(PACKAGE_LIB), "PATH": "/usr/bin:/bin"},
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [0.0, 0.0]
+    # the math ones: chem's raises, and the package's runner scores it 0
+    assert scored_by_the_package(cases[:2]) == [0.0, 0.0]
 
 
 def package_reads(raw: str) -> str:
@@ -130,12 +121,10 @@ def package_reads(raw: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m|\r", "", raw).strip()
 
 
-@pytest.fixture(scope="module")
-def package_scores() -> list[float]:
-    """Every case scored by the package's own reward code, in one process."""
+def scored_by_the_package(cases: list[list[Any]]) -> list[float]:
+    """`[task, answer, row]` cases scored by the package's own reward code, in one process."""
     if not (PACKAGE_LIB / "llm_in_sandbox").is_dir():
         pytest.fail(f"the paper's package is not in {PACKAGE_LIB}: run `make reference-package`")
-    cases = [[task, package_reads(raw), {"ground_truth": truth}] for task, raw, truth in CASES]
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "scoring" / "package_rewards.py")],
         input=json.dumps(cases),
@@ -147,8 +136,16 @@ def package_scores() -> list[float]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     scores = json.loads(done.stdout)
-    assert len(scores) == len(CASES)
+    assert len(scores) == len(cases)
     return [float(score) for score in scores]
+
+
+@pytest.fixture(scope="module")
+def package_scores() -> list[float]:
+    """Every case as the package scores it."""
+    return scored_by_the_package(
+        [[task, package_reads(raw), {"ground_truth": truth}] for task, raw, truth in CASES]
+    )
 
 
 @pytest.mark.parametrize("task", sorted(SCORERS))
