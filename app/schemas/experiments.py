@@ -158,6 +158,10 @@ class ArmOut(WireModel):
     """The arm's name."""
     mode: ArmMode
     """`sandbox` or `vanilla`."""
+    profile: str | None = None
+    """The LLM profile its tasks resolved to when the experiment was created (`scripted`:
+    the built-in fixed script, whose numbers say nothing about a model); null for
+    experiments created before it was recorded."""
 
 
 class ArmProgress(WireModel):

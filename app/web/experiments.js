@@ -67,6 +67,14 @@
     return parts.length ? parts.join(", ") : "0";
   }
 
+  /** Arms that ran the built-in scripted profile: a fixed script, not a model. */
+  function scriptedNotice(arms) {
+    const scripted = arms.filter((arm) => arm.profile === "scripted").map((arm) => arm.name);
+    if (!scripted.length) return null;
+    const which = scripted.length === 1 ? `Arm ${scripted[0]} runs` : `Arms ${scripted.join(", ")} run`;
+    return el("p", { class: "notice", id: "exp-scripted", text: `${which} the scripted profile: a fixed script, not a model, so these numbers say nothing about a model.` });
+  }
+
   /** "8/10 scored · 2 not scored": what an arm's mean stands on. */
   function coverageText(coverage) {
     if (!coverage) return "—";
@@ -947,6 +955,7 @@
         ),
         el("code", { class: "task-id", text: exp.id }),
         el("dl", { class: "meta" }, meta.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v })))),
+        scriptedNotice(exp.arms),
       );
     }
 

@@ -125,6 +125,20 @@ def fill_the_form(page: Page, sandbox_model: str, vanilla_model: str) -> None:
 
 
 # Records every distinct `data-done` of each arm's progress bar, from the first render on.
+SEGMENT_LOOKS = """() => {
+    const bar = document.querySelector(".exp-bar");
+    const looks = {};
+    for (const status of ["running", "scoring", "scored", "error"]) {
+        const seg = document.createElement("span");
+        seg.className = `seg ${status}`;
+        bar.append(seg);
+        looks[status] = getComputedStyle(seg).backgroundImage;
+        seg.remove();
+    }
+    return looks;
+}"""
+"""How a bar draws a segment of each status (a plain colour has no background image)."""
+
 PROGRESS_SEEN = """() => {
     window.progressSeen = {};
     const note = () => {
@@ -348,9 +362,10 @@ def test_the_page_runs_an_experiment_from_a_dataset_file(
             assert created["name"] == "page: sandbox vs vanilla"
             assert created["rows"] == 5
             assert created["arms"] == [
-                {"name": "sandbox", "mode": "sandbox"},
-                {"name": "vanilla", "mode": "vanilla"},
+                {"name": "sandbox", "mode": "sandbox", "profile": "default"},
+                {"name": "vanilla", "mode": "vanilla", "profile": "default"},
             ]
+            expect(page.locator("#exp-scripted")).to_have_count(0)  # a model's numbers
             assert created["scorer"] == {"kind": "exact", "case_sensitive": True}
             assert (created["attempts"], created["concurrency"]) == (1, 3)
 
@@ -365,6 +380,10 @@ def test_the_page_runs_an_experiment_from_a_dataset_file(
                 expect(bar).to_have_attribute("data-done", "5")
                 expect(bar.locator("[role=progressbar]")).to_have_attribute("aria-valuenow", "5")
                 expect(bar.locator(".counts")).to_contain_text("5 scored")
+            drawn = page.evaluate(SEGMENT_LOOKS)  # under way is hatched; ended items are solid
+            assert drawn["running"].startswith("repeating-linear-gradient"), drawn
+            assert drawn["scoring"].startswith("repeating-linear-gradient"), drawn
+            assert (drawn["scored"], drawn["error"]) == ("none", "none"), drawn
             seen: dict[str, list[str]] = page.evaluate("window.progressSeen")
             assert len(seen["sandbox"]) >= 3, seen  # it moved while we watched, no reload
             assert seen["sandbox"][-1] == "5"

@@ -236,6 +236,14 @@ def test_find_page_compare_and_refuse_an_oversize_file(
                 re.compile(f"^experiment {tasks['experiment']}, arm v, row q[12], attempt 1$"),
             )
             shot(page, "experiment-items")
+            experiment = browser.new_page()  # its page says its numbers are a script's
+            experiment.goto(f"{base}/#/experiments/{tasks['experiment']}")
+            expect(experiment.locator("#exp-scripted")).to_have_text(
+                "Arm v runs the scripted profile: a fixed script, not a model, "
+                "so these numbers say nothing about a model."
+            )
+            experiment.screenshot(path=str(SCREENSHOT_DIR / "sandhive-experiment-scripted.png"))
+            experiment.close()
             page.select_option("#task-filters select[name=origin]", "all")
             expect(rows(page)).to_have_count(30)
             page.click("#load-more")

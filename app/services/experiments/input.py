@@ -117,7 +117,7 @@ def _check_arm(
         return stored
     try:
         body = arm_submission(stored, PLACEHOLDER_PROMPT, {}, {})
-        resolve_spec(body, settings, tenant=tenant)
+        stored["llm_profile"] = resolve_spec(body, settings, tenant=tenant).llm.profile
         check_inputs(body, settings)  # the arm's metadata
     except ValidationError as exc:
         for e in exc.errors():

@@ -54,7 +54,10 @@ def experiment_out(
         status=exp.status,
         created_at=exp.created_at,
         finished_at=exp.finished_at,
-        arms=[ArmOut(name=arm["name"], mode=arm["mode"]) for arm in arms],
+        arms=[
+            ArmOut(name=arm["name"], mode=arm["mode"], profile=arm.get("llm_profile"))
+            for arm in arms
+        ],
         scorer=exp.spec["scorer"],
         grading=grading_of(exp.spec),
         attempts=exp.spec["attempts"],
