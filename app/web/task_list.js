@@ -253,9 +253,7 @@
       } else if (this.filters.meta && !metadataParam(this.filters.meta)) {
         note.textContent = "The metadata filter is not applied: write it as key=value.";
       } else if (!this.items.length) {
-        note.textContent = this.filtered()
-          ? "No task matches these filters."
-          : "No tasks yet (experiments' items are listed under \"experiment items\").";
+        note.textContent = this.filtered() ? "No task matches these filters." : "No tasks yet.";
       } else {
         note.replaceChildren();
       }
