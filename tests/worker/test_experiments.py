@@ -26,6 +26,8 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.resources import open_resources
+from app.sandbox import DockerHost
+from app.sandbox.reaper import TASK_LABEL
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services.experiments import runner as experiment_runner
 from app.worker.pool import Worker
@@ -346,3 +348,44 @@ async def test_an_item_the_service_failed_runs_again_and_one_it_keeps_failing_is
     async with sessions() as session:  # the failed tasks stay; each item links its last one
         count = await session.scalar(select(func.count()).select_from(models.Task))
     assert count == 4 + 3
+
+
+async def test_an_item_whose_sandbox_is_killed_runs_again_in_a_new_one(
+    client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer, worker: Worker
+) -> None:
+    """The item's container is killed mid-command (`docker kill`, as an OOM or a daemon
+    restart would): its task ends `sandbox_error`, the item runs again in a new sandbox
+    and is scored: the failure costs a retry, never a 0."""
+    marker = f"killme-{uuid.uuid4().hex[:8]}"
+    command = f"echo {marker}; sleep 4; printf '\\\\boxed{{4}}' > /testbed/output/answer.txt"
+    model = f"killed-{uuid.uuid4().hex[:8]}"
+    turns = [Turn("execute_bash", {"command": command}), Turn("submit", {})]
+    scripted_llm.add_script(model, Script(turns=turns, repeat_last=False))
+    body = {
+        "name": "killed sandbox",
+        "dataset": {"rows": [{"id": "q1", "problem_statement": "2 + 2?", "ground_truth": "4"}]},
+        "arms": [{"name": "s", "task": {"llm": {"model": model}}}],
+        "scorer": {"kind": "math"},
+        "infrastructure_retries": 1,
+    }
+    url = await submit(client, body)
+    (item,) = (await client.get(f"{url}/items")).json()["items"]
+    first = item["task_id"]
+    deadline = time.monotonic() + 60
+    killed: list[str] = []
+    async with DockerHost() as docker:
+        while not killed and time.monotonic() < deadline:
+            task = (await client.get(f"/v1/tasks/{first}")).json()
+            if task["status"] == "running" and task["usage"]["steps"] == 0:
+                for container in await docker.list_sandboxes({TASK_LABEL: first}):
+                    await docker.api().containers.container(container).kill()
+                    killed.append(container)
+            await asyncio.sleep(0.2)
+    assert killed, "the item's sandbox never ran"
+    done = await settled(client, url, "finished")
+    assert done["progress"]["s"] == progress(scored=1)
+    (item,) = (await client.get(f"{url}/items")).json()["items"]
+    assert (item["score"], item["retries"]) == (1.0, 1)
+    assert item["task_id"] != first
+    failed = (await client.get(f"/v1/tasks/{first}")).json()
+    assert (failed["status"], failed["finish_reason"]) == ("failed", "sandbox_error")
