@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -58,6 +58,21 @@ SCORE_BATCH = 200
 PRESCORE_ROUNDS = 8
 """Answers a step scores with a built-in scorer: this many per pool process, so a step's
 scoring is bounded (8 x `SANDHIVE_SCORING_TIMEOUT_S` at worst); the rest wait a tick."""
+
+
+ScoredText = Callable[[str, str, str | None, str | None], str | None]
+"""(arm, task status, finish reason, answer) -> the text the experiment's rules score."""
+
+
+def scored_text(spec: Mapping[str, Any]) -> ScoredText:
+    """`scored_answer` under an experiment's stored rules and its arms' modes."""
+    package = spec.get("rules") == "package"
+    sandbox = {arm["name"] for arm in spec["arms"] if arm["mode"] == "sandbox"}
+
+    def text(arm: str, status: str, reason: str | None, answer: str | None) -> str | None:
+        return scored_answer(status, reason, answer, package=package, sandbox=arm in sandbox)
+
+    return text
 
 
 async def advance_all(sessions: Sessions, redis: Redis, settings: Settings) -> int:
@@ -166,7 +181,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
         if is_deferred(scorer):
             return {}
         package = exp.spec.get("rules") == "package"
-        modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
+        to_score = scored_text(exp.spec)
         ended = (
             await session.execute(
                 with_rows(
@@ -186,12 +201,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
     answered = [
         (task_id, row, text)
         for task_id, row, status, reason, answer, arm in ended
-        if (
-            text := scored_answer(
-                status, reason, answer, package=package, sandbox=modes.get(arm) == "sandbox"
-            )
-        )
-        is not None
+        if (text := to_score(arm, status, reason, answer)) is not None
     ]
 
     async def one(answer: str, row: Mapping[str, Any]) -> Score | ScorerError:
@@ -231,28 +241,26 @@ async def _score_ended(
         scorer: Scorer | ScorerError = stored_scorer(exp.spec["scorer"], settings)
     except ValueError as exc:  # a stored spec this version cannot build: its items' error
         scorer = ScorerError(f"the experiment's scorer cannot be built any more: {exc}")
-    package = exp.spec.get("rules") == "package"
     # A cancelled experiment starts nothing more: its failed items end, none waits to rerun.
     retries = int(exp.spec.get("infrastructure_retries", 0)) if exp.status == "running" else 0
-    modes = {arm["name"]: arm["mode"] for arm in exp.spec["arms"]}
+    to_score = scored_text(exp.spec)
+    now = None  # Postgres's, read once if an item is retried
     events: list[Event] = []
     for item, ended in rows:
-        to_score = None
+        text = None
         if ended is not None:
-            sandbox = modes.get(item.arm) == "sandbox"
-            to_score = scored_answer(
-                ended.status, ended.finish_reason, ended.answer, package=package, sandbox=sandbox
-            )
+            text = to_score(item.arm, ended.status, ended.finish_reason, ended.answer)
         answer, score = prescored.get(item.task_id or "") or (None, None)
-        score = score if to_score is not None and answer == to_score else None
-        failed = item.task_id
-        if not record_end(item, ended, scorer, score, to_score=to_score, retries=retries):
+        score = score if text is not None and answer == text else None
+        failed_task = item.task_id
+        if not record_end(item, ended, scorer, score, to_score=text, retries=retries):
             continue
         if item.status == "pending":  # the service failed its task: it runs again, later
             assert ended is not None  # only a task's failure is retried
-            item.updated_at = await db_now(session)  # the backoff's start, on one clock
+            now = now or await db_now(session)
+            item.updated_at = now  # the backoff's start, on one clock
             retried = {
-                "task_id": failed,
+                "task_id": failed_task,
                 "reason": ended.finish_reason,
                 "retries": item.retries,
                 "usage": dict(ended.usage or {}),

@@ -144,7 +144,9 @@ async def _experiment_lines(
             placed = _placed([m for m in members if (m.arm, m.row_id) in groups])
         for start in range(0, len(page), LINES_BATCH):
             batch = [
-                (i.task_id, placed.get(i.task_id)) for i in page[start:][:LINES_BATCH] if i.task_id
+                (i.task_id, placed.get(i.task_id))
+                for i in page[start : start + LINES_BATCH]
+                if i.task_id is not None  # all of them: the page's query
             ]
             for line in await _lines(sessions, batch):
                 yield line
@@ -166,9 +168,7 @@ def _placed(items: Sequence[Item]) -> dict[str, Placed]:
     }
 
 
-async def _lines(
-    sessions: Sessions, tasks: Sequence[tuple[str | None, Placed | None]]
-) -> list[str]:
+async def _lines(sessions: Sessions, tasks: Sequence[tuple[str, Placed | None]]) -> list[str]:
     """The lines of a few tasks, from one query for the tasks and one for their steps; a
     task pruned since has none (an experiment item outlives its task)."""
     ids = [task_id for task_id, _ in tasks]
