@@ -122,6 +122,13 @@ class LLMError(AppError):
     status, code = 502, "llm_error"
 
 
+class NotInstalled(AppError):
+    """This server lacks the optional package the request needs (its message names the
+    extra to install)."""
+
+    status, code = 501, "not_installed"
+
+
 class ConfigError(AppError):
     """The server's configuration cannot serve this request (e.g. unknown LLM profile)."""
 

@@ -1,8 +1,11 @@
-"""`GET /v1/experiments/{id}/export` and `GET /v1/tasks/{id}/export`: rollouts for RL.
+"""`GET /v1/experiments/{id}/export` and `GET /v1/tasks/{id}/export`: rollouts for RL, and
+the same records for the tools evaluators read.
 
-Routes check the format and the tenant (404 for another tenant's, before any byte),
-then stream what `services.rollout_export` builds: one JSON object per line
-(`application/x-ndjson`), documented field by field in docs/rl.md.
+Routes check the format and the tenant (404 for another tenant's, before any byte), then
+send what `services.rollouts` builds: `jsonl`, one JSON object per line
+(`application/x-ndjson`, documented field by field in docs/rl.md); `atif`, Harbor's
+trajectory format (a task's as JSON, an experiment's as a zip of a folder); `inspect`, an
+experiment arm's Inspect eval log (docs/records.md).
 """
 
 from __future__ import annotations
@@ -11,25 +14,53 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.api.deps import Res, Tenant
 from app.api.query import known_query_only
-from app.schemas.rollouts import ExportFormat
+from app.schemas.rollouts import ExportFormat, TaskExportFormat
 from app.schemas.tasks import ErrorOut
+from app.services.rollouts import atif as rollout_atif
 from app.services.rollouts import export as rollout_export
+from app.services.rollouts import inspect_log
 
 router = APIRouter(tags=["rl"])
 
 MEDIA_TYPE = "application/x-ndjson"
+ZIP = "application/zip"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (401, 404, 422, 501)
+}
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "content": {MEDIA_TYPE: {}},
-        "description": "One JSON object per rollout and line (fields: docs/rl.md)",
+        "content": {
+            MEDIA_TYPE: {},
+            ZIP: {"schema": {"type": "string", "format": "binary"}},
+            inspect_log.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+        },
+        "description": "`jsonl`: one JSON object per rollout and line (fields: docs/rl.md); "
+        "`atif`: a zip of ATIF trajectories; `inspect`: an Inspect `.eval` log",
     },
-    **{code: {"model": ErrorOut} for code in (401, 404, 422)},
+    **_ERRORS,
 }
-Format = Annotated[ExportFormat, Query(description="`jsonl`: one rollout per line")]
+_TASK_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {MEDIA_TYPE: {}, "application/json": {}},
+        "description": "`jsonl`: the rollout as one line; `atif`: its ATIF trajectory",
+    },
+    **_ERRORS,
+}
+Format = Annotated[
+    ExportFormat,
+    Query(
+        description="`jsonl`: one rollout per line; `atif`: a zip of ATIF trajectories, "
+        "`<experiment>/<arm>/<row>-<attempt>.json`; `inspect`: one arm's Inspect eval log"
+    ),
+]
+Arm = Annotated[
+    str | None,
+    Query(max_length=64, description="With `format=inspect`: the arm (optional with one arm)"),
+]
 
 
 @router.get(
@@ -39,12 +70,22 @@ Format = Annotated[ExportFormat, Query(description="`jsonl`: one rollout per lin
     dependencies=[known_query_only()],
 )
 async def export_experiment(
-    experiment_id: str, res: Res, tenant: Tenant, format: Format = "jsonl"
-) -> StreamingResponse:
+    experiment_id: str, res: Res, tenant: Tenant, format: Format = "jsonl", arm: Arm = None
+) -> Response:
     """Every started rollout (row x arm x attempt) of the experiment, in start order: its
     messages, per-message model/environment mask, token ids and logprobs when captured
     (`llm.capture`), reward, GRPO group and advantage, finish reason and whether it was an
-    infrastructure failure."""
+    infrastructure failure. `format=atif` and `format=inspect` give the same rollouts as
+    Harbor's trajectories and as an Inspect log."""
+    if format == "inspect":
+        log = await inspect_log.arm_log(res.sessions, tenant, experiment_id, arm)
+        name = f"{experiment_id}-{arm or 'arm'}.eval"
+        return Response(log, media_type=inspect_log.MEDIA_TYPE, headers=_attachment(name))
+    if format == "atif":
+        chunks = await rollout_atif.open_experiment_atif(res.sessions, tenant, experiment_id)
+        return StreamingResponse(
+            chunks, media_type=ZIP, headers=_attachment(f"{experiment_id}-atif.zip")
+        )
     lines = await rollout_export.open_experiment_export(res.sessions, tenant, experiment_id)
     return _stream(lines)
 
@@ -52,15 +93,26 @@ async def export_experiment(
 @router.get(
     "/v1/tasks/{task_id}/export",
     response_class=StreamingResponse,
-    responses=_RESPONSES,
+    responses=_TASK_RESPONSES,
     dependencies=[known_query_only()],
 )
 async def export_task(
-    task_id: str, res: Res, tenant: Tenant, format: Format = "jsonl"
-) -> StreamingResponse:
+    task_id: str,
+    res: Res,
+    tenant: Tenant,
+    format: Annotated[
+        TaskExportFormat, Query(description="`jsonl`: one line; `atif`: its ATIF trajectory")
+    ] = "jsonl",
+) -> Response:
     """The task's rollout as one line, in the experiment export's shape (its group and
-    advantage when it is an experiment's item)."""
+    advantage when it is an experiment's item); `format=atif`: as an ATIF trajectory."""
+    if format == "atif":
+        return JSONResponse(await rollout_atif.task_atif(res.sessions, tenant, task_id))
     return _stream(await rollout_export.open_task_export(res.sessions, tenant, task_id))
+
+
+def _attachment(name: str) -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{name}"'}
 
 
 def _stream(lines: AsyncIterator[str]) -> StreamingResponse:

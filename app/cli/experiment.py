@@ -2,21 +2,23 @@
 
 `run` reads the folder (`app.domain.package_folder`) and submits it to a service, shows a progress
 bar per arm until it finishes and prints the results table; `--local` runs it in this
-process instead (`app.runner.experiment_local`). `status`, `results`, `items`, `cancel` and
-`regrade` are thin calls of the API. Exit codes as every command: 2 for input refused as
-invalid (a bad folder, a 422), 1 for other refusals and an unreachable service.
+process instead (`app.runner.experiment_local`). `status`, `results`, `items`, `cancel`,
+`regrade` and `export` are thin calls of the API. Exit codes as every command: 2 for input
+refused as invalid (a bad folder, a 422), 1 for other refusals and an unreachable service.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import httpx
 import typer
@@ -464,11 +466,13 @@ def _print_status(experiment: dict[str, Any]) -> None:
     console = Console()
     console.print(f"{experiment['id']} [bold]{experiment['status']}[/] {experiment['name']}")
     table = Table()
-    keys = ("pending", "running", "scoring", "scored", "error", "cancelled")
+    keys = ("pending", "running", "scoring", "scored", "agent error", "not scored", "cancelled")
     for column in ("arm", *keys):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm, counts in experiment["progress"].items():
-        table.add_row(arm, *(str(counts.get(key, 0)) for key in keys))
+        apart = counts.get("not_scored", 0)  # the service's or the scorer's failures: no score
+        shown = {**counts, "agent error": counts.get("error", 0) - apart, "not scored": apart}
+        table.add_row(arm, *(str(shown.get(key, 0)) for key in keys))
     console.print(table)
 
 
@@ -549,3 +553,53 @@ def regrade(
 
 def _print_regrading(found: dict[str, Any]) -> None:
     typer.echo(f"regrading {found['id']} (grading {found.get('grading', '?')})")
+
+
+ExportFormat = Literal["jsonl", "atif", "inspect"]
+
+
+@experiment_cli.command("export")
+def export(
+    experiment_id: str,
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="jsonl: one rollout per line; atif: a folder of ATIF trajectories; "
+            "inspect: an Inspect eval log per arm.",
+        ),
+    ] = "jsonl",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="jsonl: the file (default: standard output); atif, inspect: the folder "
+            "(default: the current one).",
+        ),
+    ] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    api_key: KeyOpt = None,
+) -> None:
+    """Write the experiment's rollouts as JSONL, ATIF trajectories (Harbor) or Inspect logs
+    (`inspect view --log-dir FOLDER` opens them)."""
+    api, path = Api(server, api_key), f"/v1/experiments/{experiment_id}/export"
+    if format == "jsonl":
+        text = api.call("GET", path).text
+        if out is None:
+            typer.echo(text, nl=False)
+        else:
+            out.write_text(text, encoding="utf-8")
+        return
+    folder = out or Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    if format == "atif":
+        archive = api.call("GET", path, params={"format": "atif"}).content
+        with zipfile.ZipFile(io.BytesIO(archive)) as files:
+            files.extractall(folder)  # names the server made: `<experiment>/<arm>/<file>`
+            err_console.print(f"{len(files.namelist())} trajectories in {folder / experiment_id}")
+        return
+    arms = [arm["name"] for arm in api.json("GET", f"/v1/experiments/{experiment_id}")["arms"]]
+    for arm in arms:
+        log = api.call("GET", path, params={"format": "inspect", "arm": arm}).content
+        (folder / f"{experiment_id}-{arm}.eval").write_bytes(log)
+    err_console.print(f"{len(arms)} Inspect logs in {folder}: inspect view --log-dir {folder}")

@@ -176,7 +176,10 @@ class ArmProgress(WireModel):
     scored: int = 0
     """Scored."""
     error: int = 0
-    """Ended without a score (an agent, infrastructure or scorer error)."""
+    """Ended in an error (an agent, infrastructure or scorer error)."""
+    not_scored: int = 0
+    """Of `error`, those the service or the scorer failed (infrastructure or scorer errors):
+    they have no score at all, where an agent error scores 0 (`coverage` of the results)."""
     cancelled: int = 0
     """Cancelled before they ended."""
 

@@ -53,5 +53,7 @@ class GroupOut(WireModel):
     """Every attempt of the row under the arm, by attempt."""
 
 
-ExportFormat = Literal["jsonl"]
-"""What `GET .../export?format=` takes."""
+ExportFormat = Literal["jsonl", "atif", "inspect"]
+"""What `GET /v1/experiments/{id}/export?format=` takes."""
+TaskExportFormat = Literal["jsonl", "atif"]
+"""What `GET /v1/tasks/{id}/export?format=` takes."""

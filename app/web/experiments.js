@@ -17,7 +17,7 @@
   const ITEM_PAGES = 50; // a paginated items list is followed this many pages at most
   const ANSWER_CHARS = 140;
   const TERMINAL = new Set(["finished", "cancelled"]);
-  const STATUS_ORDER = ["scored", "error", "cancelled", "scoring", "running", "pending"];
+  const STATUS_ORDER = ["scored", "error", "not-scored", "cancelled", "scoring", "running", "pending"];
   const SCORERS = {
     exact: '{"case_sensitive": false}',
     contains: '{"case_sensitive": false}',
@@ -971,10 +971,13 @@
 
     renderProgress(exp) {
       const rows = exp.arms.map((arm, index) => {
-        const counts = exp.progress[arm.name] || {};
+        // An error the service or the scorer made has no score: its own colour, apart from
+        // the agent's errors (which score 0).
+        const { not_scored: notScored = 0, ...given } = exp.progress[arm.name] || {};
+        const counts = { ...given, error: (given.error || 0) - notScored, "not-scored": notScored };
         const keys = [...STATUS_ORDER.filter((k) => k in counts), ...Object.keys(counts).filter((k) => !STATUS_ORDER.includes(k))];
         const total = keys.reduce((s, k) => s + counts[k], 0);
-        const done = (counts.scored || 0) + (counts.error || 0) + (counts.cancelled || 0);
+        const done = (counts.scored || 0) + (counts.error || 0) + counts["not-scored"] + (counts.cancelled || 0);
         const bar = el(
           "div",
           {
@@ -1000,7 +1003,7 @@
             "div",
             { class: "row spread" },
             el("span", { class: "row" }, el("span", { class: "swatch", "data-index": String(index % 8) }), el("strong", { text: arm.name }), el("span", { class: "hint", text: arm.mode })),
-            el("span", { class: "hint counts", text: [...keys.filter((k) => counts[k] > 0).map((k) => `${counts[k]} ${k}`), `of ${total}`].join(" · ") }),
+            el("span", { class: "hint counts", text: [...keys.filter((k) => counts[k] > 0).map((k) => `${counts[k]} ${k.replace("-", " ")}`), `of ${total}`].join(" · ") }),
           ),
           bar,
         );

@@ -563,3 +563,81 @@ def test_without_its_stream_the_page_polls_and_its_cancel_button_cancels(
     # The refused stream requests are the only console errors.
     assert problems, "the page never asked for its event stream"
     assert all("429" in p for p in problems), problems
+
+
+def test_the_bar_tells_an_agents_errors_from_items_the_service_could_not_score(
+    service: Service, scripted_llm: ScriptedLLMServer
+) -> None:
+    """Row 1 right, row 2 an agent that ends without an answer (an agent error: scores 0),
+    and an arm whose model the server does not know (infrastructure: not scored)."""
+    model = f"exp-page-mixed-{uuid.uuid4().hex[:8]}"
+    copy = "cp /testbed/input/a.txt /testbed/output/answer.txt"
+    scripted_llm.add_script(
+        model, Script([Turn("execute_bash", {"command": copy}), Turn("submit")])
+    )
+    rows = [
+        {
+            "id": "r1",
+            "problem_statement": "2+2?",
+            "ground_truth": "4",
+            "input_files": {"a.txt": "4"},
+        },
+        {"id": "r2", "problem_statement": "2+2?", "ground_truth": "4"},  # nothing to copy
+    ]
+    created = httpx.post(
+        f"{service.base_url}/v1/experiments",
+        json={
+            "name": "errors apart",
+            "dataset": {"rows": rows},
+            "arms": [
+                {"name": "mixed", "task": {"llm": {"model": model}}},
+                {"name": "down", "mode": "vanilla", "task": {"llm": {"model": "no-such-model"}}},
+            ],
+            "scorer": {"kind": "exact"},
+            "concurrency": 1,
+            "infrastructure_retries": 0,
+        },
+        timeout=30,
+    )
+    assert created.status_code == 202, created.text
+    experiment_id = created.json()["id"]
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = watched_page(browser, problems, console_errors=True, dialogs=True)
+            page.goto(f"{service.base_url}/#/experiments/{experiment_id}")
+            expect(page.locator("#exp-status")).to_have_text("finished", timeout=WAIT_MS)
+            mixed = page.locator(".exp-arm-progress[data-arm='mixed']")
+            down = page.locator(".exp-arm-progress[data-arm='down']")
+            expect(mixed.locator(".counts")).to_have_text("1 scored · 1 error · of 2")
+            expect(down.locator(".counts")).to_have_text("2 not scored · of 2")
+            expect(down).to_have_attribute("data-done", "2")  # ended, so the bar is full
+            segment = down.locator(".seg.not-scored")
+            expect(segment).to_have_attribute("title", "not-scored: 2")
+            looks = segment.evaluate("node => getComputedStyle(node).backgroundColor")
+            error = mixed.locator(".seg.error").evaluate(
+                "node => getComputedStyle(node).backgroundColor"
+            )
+            assert looks not in (error, "rgba(0, 0, 0, 0)"), (looks, error)
+            width = segment.evaluate("node => node.getBoundingClientRect().width")
+            whole = down.locator(".exp-bar").evaluate("node => node.clientWidth")
+            assert width == pytest.approx(whole, abs=1)
+            # Each segment fills the bar's height (the page's `.error` message style once
+            # gave the error segment a margin that left a hairline).
+            for bar, status in ((mixed, "scored"), (mixed, "error"), (down, "not-scored")):
+                box = bar.locator(f".seg.{status}").bounding_box()
+                frame = bar.locator(".exp-bar").bounding_box()
+                assert box is not None
+                assert frame is not None
+                assert box["y"] >= frame["y"], status
+                assert box["height"] >= frame["height"] - 2.5, status
+            page.locator(".exp-progress").screenshot(
+                path=str(SCREENSHOT_DIR / "sandhive-experiment-not-scored.png")
+            )
+        finally:
+            browser.close()
+    assert problems == []
+    progress = get(service, f"/v1/experiments/{experiment_id}")["progress"]
+    assert (progress["down"]["error"], progress["down"]["not_scored"]) == (2, 2)
+    assert (progress["mixed"]["error"], progress["mixed"]["not_scored"]) == (1, 0)

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from inspect_ai.log import read_eval_log
 
 from app.config import Settings
 from app.scripted import ScriptedLLMServer
@@ -179,6 +180,8 @@ def test_a_package_folder_runs_on_the_service_in_both_modes(
     assert listing.returncode == 0
     assert "r3" in listing.stdout
 
+    check_exports(settings, exp_id, server, tmp_path)
+
     # The vanilla task got create_prompt's text alone: no documents embedded again.
     task_id = next(i["task_id"] for i in items if i["arm"] == "vanilla" and i["row_id"] == "r2")
     task = httpx.get(f"{service.base_url}/v1/tasks/{task_id}").json()
@@ -187,6 +190,39 @@ def test_a_package_folder_runs_on_the_service_in_both_modes(
     finished = sandhive(settings, "experiment", "cancel", exp_id, *server, cwd=tmp_path)
     assert finished.returncode == 1
     assert finished.stderr.startswith("error: 409"), finished.stderr
+
+
+def check_exports(settings: Settings, exp_id: str, server: tuple[str, str], tmp: Path) -> None:
+    """`sandhive experiment export` in its three formats: JSONL, ATIF, Inspect logs."""
+    export = ("experiment", "export", exp_id, *server)
+    lines = tmp / "rollouts.jsonl"
+    done = sandhive(settings, *export, "--out", lines, cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    assert len(lines.read_text().splitlines()) == 6
+
+    done = sandhive(settings, *export, "--format", "atif", "--out", tmp / "atif", cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.relative_to(tmp / "atif" / exp_id) for p in (tmp / "atif").rglob("*.json"))
+    assert [str(p) for p in written] == [
+        f"{arm}/{row}-1.json" for arm in ("sandbox", "vanilla") for row in ("r1", "r2", "r3")
+    ]
+    trajectory = json.loads((tmp / "atif" / exp_id / "vanilla" / "r2-1.json").read_text())
+    assert trajectory["steps"][0] == {
+        "step_id": 1,
+        "source": "user",
+        "message": "Question r2: Read n.txt. Number only.",
+    }
+    assert trajectory["extra"]["reward"] == 0.0
+
+    done = sandhive(settings, *export, "--format", "inspect", "--out", tmp / "logs", cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    assert f"inspect view --log-dir {tmp / 'logs'}" in done.stderr
+    for arm, mean in SANDBOX_MEANS.items():
+        log = read_eval_log(str(tmp / "logs" / f"{exp_id}-{arm}.eval"))
+        assert log.results is not None
+        assert log.results.scores[0].metrics["mean"].value == pytest.approx(mean)
+        assert log.samples is not None
+        assert sorted(str(s.id) for s in log.samples) == ["r1", "r2", "r3"]
 
 
 def test_json_output_is_machine_readable(

@@ -65,8 +65,8 @@ async def counts(sessions: Sessions) -> tuple[int, int, int]:
 
 
 def progress(**nonzero: int) -> dict[str, int]:
-    """An arm's `progress` as the API gives it: every status, 0 unless given."""
-    return {status: nonzero.get(status, 0) for status in STATUSES}
+    """An arm's `progress` as the API gives it: every status and `not_scored`, 0 unless given."""
+    return {status: nonzero.get(status, 0) for status in (*STATUSES, "not_scored")}
 
 
 async def settled(

@@ -307,7 +307,10 @@ async def test_an_item_the_service_failed_runs_again_and_one_it_keeps_failing_is
     url = await submit(client, body)
     done = await settled(client, url, "finished")
     assert done["infrastructure_retries"] == 1
-    assert done["progress"] == {"flaky": progress(scored=2), "down": progress(error=2)}
+    assert done["progress"] == {
+        "flaky": progress(scored=2),
+        "down": progress(error=2, not_scored=2),
+    }
     items = {(i["arm"], i["row_id"]): i for i in (await client.get(f"{url}/items")).json()["items"]}
     assert [items[("flaky", q)]["retries"] for q in ("q1", "q2")] == [1, 0]
     assert items[("flaky", "q1")]["score"] == 1.0

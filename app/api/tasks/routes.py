@@ -21,6 +21,7 @@ from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
 from app.schemas.batches import TaskBatchCreate, TaskBatchOut
 from app.schemas.tasks import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
+from app.services.rollouts import atif as rollout_atif
 from app.services.tasks import batch, cancel
 from app.services.tasks import service as tasks
 from app.services.tasks.filters import (
@@ -260,14 +261,19 @@ async def get_trajectory(
     res: Res,
     tenant: Tenant,
     attempt: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-    format: Annotated[Literal["sandhive", "reference"], Query()] = "sandhive",
+    format: Annotated[Literal["sandhive", "reference", "atif"], Query()] = "sandhive",
 ) -> TrajectoryOut | dict[str, Any]:
     """The steps so far, ordered by attempt then index (`attempt=N`: only that attempt's).
 
     `format=reference`: the paper package's trajectory.json of one attempt (default the
     latest): problem_statement, steps[thought, reasoning_content, action, observation,
     metadata], metadata.total_steps.
+
+    `format=atif`: one attempt (default the latest) in Harbor's Agent Trajectory
+    Interchange Format v1.7 (docs/records.md).
     """
+    if format == "atif":
+        return await rollout_atif.task_atif(res.sessions, tenant, task_id, attempt)
     if format == "reference":
         return await tasks.get_reference_trajectory(res.sessions, tenant, task_id, attempt)
     return await tasks.get_trajectory(res.sessions, tenant, task_id, attempt)

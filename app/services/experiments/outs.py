@@ -16,6 +16,8 @@ from app.services.experiments.scoring import grading_of
 from app.specs import WebhookSpec
 
 Item = models.ExperimentItem
+NOT_SCORED_KINDS = ("infrastructure", "scorer")
+"""Errors that are the service's or the scorer's failure, not the agent's: no score at all."""
 
 
 async def experiment_outs(
@@ -25,13 +27,13 @@ async def experiment_outs(
     ids = [exp.id for exp in exps]
     if not ids:
         return []
-    counts: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
-    for experiment_id, arm, status, n in await session.execute(
-        select(Item.experiment_id, Item.arm, Item.status, func.count())
+    counts: dict[str, list[tuple[str, str, str | None, int]]] = defaultdict(list)
+    for experiment_id, arm, status, kind, n in await session.execute(
+        select(Item.experiment_id, Item.arm, Item.status, Item.error_kind, func.count())
         .where(Item.experiment_id.in_(ids))
-        .group_by(Item.experiment_id, Item.arm, Item.status)
+        .group_by(Item.experiment_id, Item.arm, Item.status, Item.error_kind)
     ):
-        counts[experiment_id].append((arm, status, n))
+        counts[experiment_id].append((arm, status, kind, n))
     distinct_rows = await session.execute(
         select(Item.experiment_id, func.count(func.distinct(Item.row_id)))
         .where(Item.experiment_id.in_(ids))
@@ -42,11 +44,14 @@ async def experiment_outs(
 
 
 def experiment_out(
-    exp: models.Experiment, counts: list[tuple[str, str, int]], rows: int
+    exp: models.Experiment, counts: list[tuple[str, str, str | None, int]], rows: int
 ) -> ExperimentOut:
-    progress: dict[str, dict[str, int]] = defaultdict(dict)
-    for arm, status, n in counts:
-        progress[arm][status] = n
+    """`counts`: (arm, status, error kind, items) of the experiment's items."""
+    progress: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for arm, status, kind, n in counts:
+        progress[arm][status] += n
+        if status == "error" and kind in NOT_SCORED_KINDS:
+            progress[arm]["not_scored"] += n
     arms = exp.spec["arms"]
     return ExperimentOut(
         id=exp.id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, tuple_
@@ -22,6 +23,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.domain.rollout_capture import rebuild
 from app.domain.rollout_groups import Member, groups_of, rollouts_by_task
+from app.errors import NotFound
 from app.schemas.lines import one_line
 from app.schemas.rollouts import GroupOut, RolloutOut
 from app.services.experiments.service import find_experiment
@@ -59,7 +61,7 @@ EXPORT_PAGE = 100
 """Items placed per query of the experiment's export."""
 LINES_BATCH = 10
 """Tasks whose steps one query of the export reads (a captured rollout's steps are large)."""
-TASK_FIELDS = load_only(
+TASK_COLUMNS = (
     models.Task.id,
     models.Task.spec,
     models.Task.attempt,
@@ -67,9 +69,11 @@ TASK_FIELDS = load_only(
     models.Task.finish_reason,
     models.Task.error,
     models.Task.answer,
-    raiseload=True,
 )
+TASK_FIELDS = load_only(*TASK_COLUMNS, raiseload=True)
 """What a line reads of its task: never its prompt (a long-context row's documents)."""
+WITH_PROMPT = load_only(*TASK_COLUMNS, models.Task.prompt, raiseload=True)
+"""What a record for ATIF or Inspect reads: those, and the prompt (their first message)."""
 STEP_FIELDS = (
     Step.index,
     Step.thought,
@@ -78,11 +82,40 @@ STEP_FIELDS = (
     Step.observation,
     Step.interrupted,
     Step.capture,
+    Step.started_at,
+    Step.llm_ms,
+    Step.prompt_tokens,
+    Step.completion_tokens,
 )
+"""A step's columns a record reads (the JSONL line uses the first seven; ATIF all)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One rollout as stored, before any format: its task (`TASK_FIELDS`, and its prompt
+    when asked), its steps (`STEP_FIELDS` by name), and its item and group when it is an
+    experiment's."""
+
+    task: models.Task
+    steps: list[dict[str, Any]]
+    placed: Placed | None
 
 
 async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> AsyncIterator[str]:
     """The one line of the tenant's task (NotFound before any byte for another's)."""
+    return _each([jsonl_line(rollout_line(await task_record(sessions, tenant, task_id)))])
+
+
+async def task_record(
+    sessions: Sessions,
+    tenant: str,
+    task_id: str,
+    *,
+    attempt: int | None = None,
+    with_prompt: bool = False,
+) -> Record:
+    """The tenant's task as a record (NotFound for another's), of its latest worker
+    attempt or of `attempt`."""
     async with sessions() as session:
         task = await find_task(session, tenant, task_id)
         item = await session.scalar(select(Item).options(COMPACT).where(Item.task_id == task.id))
@@ -98,7 +131,10 @@ async def open_task_export(sessions: Sessions, tenant: str, task_id: str) -> Asy
                 )
             )
             placed = _placed(list(siblings)).get(task.id)
-    return _each(await _lines(sessions, [(task.id, placed)]))
+    found = await _records(sessions, [(task.id, placed)], with_prompt=with_prompt, attempt=attempt)
+    if not found:  # deleted between the two reads
+        raise NotFound(f"no task {task_id}")
+    return found[0]
 
 
 async def open_experiment_export(
@@ -106,26 +142,41 @@ async def open_experiment_export(
 ) -> AsyncIterator[str]:
     """A line per started item of the tenant's experiment, in start order, read `page`
     items at a time."""
+    records = await open_experiment_records(sessions, tenant, experiment_id, page=page)
+    return (jsonl_line(rollout_line(record)) async for record in records)
+
+
+async def open_experiment_records(
+    sessions: Sessions,
+    tenant: str,
+    experiment_id: str,
+    *,
+    arm: str | None = None,
+    page: int = EXPORT_PAGE,
+    with_prompt: bool = False,
+) -> AsyncIterator[Record]:
+    """A record per started item of the tenant's experiment (of one arm, if given), in
+    start order, read `page` items at a time (NotFound before the first for another's)."""
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-    return _experiment_lines(sessions, exp.id, page)
+    return _experiment_records(sessions, exp.id, page, arm, with_prompt)
 
 
-async def _experiment_lines(
-    sessions: Sessions, experiment_id: str, size: int
-) -> AsyncIterator[str]:
+async def _experiment_records(
+    sessions: Sessions, experiment_id: str, size: int, arm: str | None, with_prompt: bool
+) -> AsyncIterator[Record]:
     """`size` started items at a time, by `seq`, each page placed in its groups from those
     groups' members alone (a group's attempts lie pages apart): memory holds a page, not
     the experiment."""
     after = -1
     while True:
+        query = select(Item).options(COMPACT).where(Item.experiment_id == experiment_id)
+        if arm is not None:
+            query = query.where(Item.arm == arm)
         async with sessions() as session:
             page = list(
                 await session.scalars(
-                    select(Item)
-                    .options(COMPACT)
-                    .where(Item.experiment_id == experiment_id, Item.seq > after)
-                    .where(Item.task_id.is_not(None))
+                    query.where(Item.seq > after, Item.task_id.is_not(None))
                     .order_by(Item.seq)
                     .limit(size)
                 )
@@ -148,8 +199,8 @@ async def _experiment_lines(
                 for i in page[start : start + LINES_BATCH]
                 if i.task_id is not None  # all of them: the page's query
             ]
-            for line in await _lines(sessions, batch):
-                yield line
+            for record in await _records(sessions, batch, with_prompt=with_prompt):
+                yield record
 
 
 async def _each(lines: Sequence[str]) -> AsyncIterator[str]:
@@ -168,34 +219,39 @@ def _placed(items: Sequence[Item]) -> dict[str, Placed]:
     }
 
 
-async def _lines(sessions: Sessions, tasks: Sequence[tuple[str, Placed | None]]) -> list[str]:
-    """The lines of a few tasks, from one query for the tasks and one for their steps; a
-    task pruned since has none (an experiment item outlives its task)."""
+async def _records(
+    sessions: Sessions,
+    tasks: Sequence[tuple[str, Placed | None]],
+    *,
+    with_prompt: bool,
+    attempt: int | None = None,
+) -> list[Record]:
+    """A few tasks' records, from one query for the tasks and one for their steps (of each
+    task's latest worker attempt, or of `attempt`); a task pruned since has none (an
+    experiment item outlives its task)."""
     ids = [task_id for task_id, _ in tasks]
+    fields = WITH_PROMPT if with_prompt else TASK_FIELDS
     async with sessions() as session:
         found = {
             t.id: t
             for t in await session.scalars(
-                select(models.Task).options(TASK_FIELDS).where(models.Task.id.in_(ids))
+                select(models.Task).options(fields).where(models.Task.id.in_(ids))
             )
         }
+        keys = [(t.id, t.attempt if attempt is None else attempt) for t in found.values()]
         steps = (
             await session.execute(
                 select(Step.task_id, *STEP_FIELDS)
-                .where(
-                    tuple_(Step.task_id, Step.attempt).in_(
-                        [(t.id, t.attempt) for t in found.values()]
-                    )
-                )
+                .where(tuple_(Step.task_id, Step.attempt).in_(keys))
                 .order_by(Step.task_id, Step.index)
             )
         ).all()
     by_task: dict[str, list[dict[str, Any]]] = {}
     for step in steps:
-        fields = dict(step._mapping)
-        by_task.setdefault(fields.pop("task_id"), []).append(fields)
+        columns = dict(step._mapping)
+        by_task.setdefault(columns.pop("task_id"), []).append(columns)
     return [
-        jsonl_line(rollout_line(found[task_id], by_task.get(task_id, []), placed))
+        Record(found[task_id], by_task.get(task_id, []), placed)
         for task_id, placed in tasks
         if task_id in found
     ]
@@ -206,10 +262,9 @@ def jsonl_line(value: Mapping[str, Any]) -> str:
     return one_line(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) + "\n"
 
 
-def rollout_line(
-    task: models.Task, steps: Sequence[Mapping[str, Any]], placed: Placed | None
-) -> dict[str, Any]:
+def rollout_line(record: Record) -> dict[str, Any]:
     """One rollout: where it sits, how it ended, its reward, and its conversation."""
+    task, steps, placed = record.task, record.steps, record.placed
     captured = [(int(s["index"]), s["capture"]) for s in steps if s["capture"] is not None]
     rollout = rebuild(captured) if captured else None
     by_index = {turn["index"]: turn for turn in rollout.turns} if rollout else {}
