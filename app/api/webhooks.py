@@ -9,7 +9,13 @@ from fastapi import APIRouter, Response, status
 
 from app.api.deps import Res, Tenant
 from app.schemas.tasks import ErrorOut
-from app.schemas.webhooks import DeliveryList, WebhookCreate, WebhookList, WebhookWithSecret
+from app.schemas.webhooks import (
+    DeliveryList,
+    RotateIn,
+    WebhookCreate,
+    WebhookList,
+    WebhookWithSecret,
+)
 from app.services.webhooks import service as webhooks
 
 router = APIRouter(tags=["webhooks"])
@@ -45,9 +51,13 @@ async def delete_webhook(webhook_id: str, res: Res, tenant: Tenant) -> Response:
 @router.post(
     "/v1/webhooks/{webhook_id}/rotate", response_model=WebhookWithSecret, responses=_ERRORS
 )
-async def rotate_webhook(webhook_id: str, res: Res, tenant: Tenant) -> WebhookWithSecret:
-    """A new signing secret, effective at once (the old one stops signing)."""
-    return await webhooks.rotate(res.sessions, tenant, webhook_id)
+async def rotate_webhook(
+    webhook_id: str, res: Res, tenant: Tenant, body: RotateIn | None = None
+) -> WebhookWithSecret:
+    """A new signing secret, effective at once. The old one stops signing at once, or signs
+    beside it for `overlap_s` seconds (`webhook-signature` then carries both)."""
+    overlap = body.overlap_s if body is not None else 0
+    return await webhooks.rotate(res.sessions, tenant, webhook_id, overlap)
 
 
 @router.get("/v1/tasks/{task_id}/webhooks", response_model=DeliveryList, responses=_ERRORS)

@@ -317,6 +317,10 @@ class WebhookSubscription(Base):
     secret: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     rotated_at: Mapped[datetime | None] = mapped_column(_TZ)
+    previous_secret: Mapped[str | None] = mapped_column(String(100))
+    """The secret the last rotation replaced, while it still signs beside the new one."""
+    previous_until: Mapped[datetime | None] = mapped_column(_TZ)
+    """Until when `previous_secret` signs too (a rotation's `overlap_s`); None: it does not."""
 
 
 class WebhookDelivery(Base):

@@ -34,11 +34,25 @@ class WebhookOut(WireModel):
     """When it was registered."""
     rotated_at: datetime | None = None
     """When its secret was last rotated."""
+    previous_secret_until: datetime | None = None
+    """Until when the secret the last rotation replaced still signs beside the new one
+    (`webhook-signature` then carries both); null when it no longer does."""
 
 
 class WebhookWithSecret(WebhookOut):
     secret: str
-    """Signs every delivery (`Sandhive-Signature`); shown only in this answer."""
+    """Signs every delivery: `whsec_` and the base64 of 32 random bytes, the Standard
+    Webhooks form that its libraries take as it is (`webhook-signature`, and the deprecated
+    `Sandhive-Signature`); shown only in this answer."""
+
+
+class RotateIn(WireModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    overlap_s: int = Field(default=0, ge=0, le=7 * 24 * 3600)
+    """For how many seconds the old secret keeps signing beside the new one, so receivers
+    can switch without refusing a delivery (0, the default: it stops at once, as after a
+    leak). At most 7 days."""
 
 
 class WebhookList(WireModel):

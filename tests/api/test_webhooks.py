@@ -24,6 +24,7 @@ from app.db.engine import Sessions
 from app.resources import open_resources
 from app.services.tasks import attempts
 from app.services.webhooks import delivery as webhook_delivery
+from app.services.webhooks import service as webhooks_service
 from app.worker.webhook_sender import send_due
 from tests.api.conftest import assert_error, serve
 from tests.support.experiments import ADMIN_KEY, as_tenant, experiment
@@ -508,17 +509,26 @@ async def test_a_sender_that_dies_after_claiming_leaves_the_delivery_to_another(
 
 def test_the_verifier_in_the_docs_accepts_our_signatures_only() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "calling-services.md").read_text()
-    snippet = re.search(r"### Verify the signature.*?```python\n(.*?)```", page, re.S)
+    snippet = re.search(r"### Verify the signature.*?```python\n(import base64.*?)```", page, re.S)
     assert snippet is not None
     namespace: dict[str, Any] = {}
     exec(snippet.group(1), namespace)  # our own docs page
     docs_verify = namespace["verify"]
     body = b'{"id":"evt_1","type":"task.finished"}'
     now = int(time.time())
-    assert docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now), body)
-    assert not docs_verify("whsec_b", webhook_delivery.sign("whsec_a", body, now), body)
-    assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now), body + b" ")
-    assert not docs_verify("whsec_a", webhook_delivery.sign("whsec_a", body, now - 3600), body)
+    a, b = webhooks_service.new_secret(), webhooks_service.new_secret()
+
+    def signed(secret: str, at: int) -> dict[str, str]:
+        return webhook_delivery.signature_headers((secret,), "evt_1", body, at)
+
+    assert docs_verify(a, signed(a, now), body)
+    assert not docs_verify(b, signed(a, now), body)
+    assert not docs_verify(a, signed(a, now), body + b" ")
+    assert not docs_verify(a, signed(a, now - 3600), body)
+    assert not docs_verify(a, {**signed(a, now), "webhook-id": "evt_2"}, body)
+    both = webhook_delivery.signature_headers((b, a), "evt_1", body, now)  # an overlap
+    assert docs_verify(a, both, body)
+    assert docs_verify(b, both, body)
 
 
 # A task's or an experiment's own webhook (`webhook: {url, events}` at submission)

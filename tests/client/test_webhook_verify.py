@@ -1,4 +1,5 @@
-"""The client's webhook verifier accepts what the server's signer signs, and nothing else."""
+"""The client's webhook verifier accepts what the server's signer signs (the Standard Webhooks
+headers and the deprecated `Sandhive-Signature`), and nothing else."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from sandhive_client import WebhookVerificationError, verify_webhook
 
 from app.services.webhooks.delivery import sign as server_sign
+from app.services.webhooks.delivery import signature_headers
+from app.services.webhooks.service import new_secret
 
 SECRET = "whsec_test_0123456789"
 BODY = json.dumps({"id": "evt_1", "type": "task.finished", "data": {"id": "tsk_1"}}).encode()
@@ -43,3 +46,45 @@ def test_anything_else_is_refused(secret: str, body: bytes, age_s: int) -> None:
 def test_a_malformed_header_is_refused(header: str | None) -> None:
     with pytest.raises(WebhookVerificationError):
         verify_webhook(SECRET, header, BODY)
+
+
+STANDARD = new_secret()
+
+
+def test_the_standard_headers_verify_in_any_case_and_with_the_old_header_beside() -> None:
+    now = int(time.time())
+    headers = signature_headers((STANDARD,), "evt_1", BODY, now)
+    assert set(headers) == {
+        "Sandhive-Signature",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    }
+    assert verify_webhook(STANDARD, headers, BODY) == now
+    upper = {name.upper(): value for name, value in headers.items()}
+    assert verify_webhook(STANDARD, upper, BODY) == now
+    alone = {"Sandhive-Signature": headers["Sandhive-Signature"]}  # no standard headers
+    assert verify_webhook(STANDARD, alone, BODY) == now
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "age_s", "event_id"),
+    [
+        (new_secret(), BODY, 0, "evt_1"),  # another secret
+        (STANDARD, BODY.replace(b"tsk_1", b"tsk_2"), 0, "evt_1"),  # a changed body
+        (STANDARD, BODY, 301, "evt_1"),  # too old: a replay
+        (STANDARD, BODY, 0, "evt_2"),  # another event's id
+    ],
+)
+def test_anything_else_under_the_standard_headers_is_refused(
+    secret: str, body: bytes, age_s: int, event_id: str
+) -> None:
+    headers = signature_headers((secret,), "evt_1", BODY, int(time.time()) - age_s)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(STANDARD, {**headers, "webhook-id": event_id}, body)
+
+
+def test_a_secret_of_the_older_form_says_to_rotate_it() -> None:
+    headers = signature_headers((STANDARD,), "evt_1", BODY, int(time.time()))
+    with pytest.raises(WebhookVerificationError, match="rotate it"):
+        verify_webhook(SECRET, headers, BODY)

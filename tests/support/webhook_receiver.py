@@ -67,7 +67,9 @@ async def receiver(statuses: list[int] | None = None) -> AsyncIterator[Receiver]
 
 
 def verify(secret: str, header: str, body: bytes) -> bool:
-    """The receiver side, as docs/calling-services.md shows it."""
-    fields = dict(item.split("=", 1) for item in header.split(","))
-    expected = hmac.new(secret.encode(), f"{fields['t']}.".encode() + body, hashlib.sha256)
-    return hmac.compare_digest(expected.hexdigest(), fields["v1"])
+    """The receiver side of the deprecated `Sandhive-Signature`: any of its `v1=` (several
+    during a rotation's overlap) made with `secret`."""
+    fields = [item.split("=", 1) for item in header.split(",")]
+    stamp = dict(fields)["t"]
+    expected = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return any(hmac.compare_digest(expected, v) for name, v in fields if name == "v1")

@@ -10,6 +10,8 @@ the event, then the delivery is `failed`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import logging
@@ -29,6 +31,9 @@ from app.services.webhooks.net import Allow, Refused, answers, post
 log = logging.getLogger(__name__)
 Delivery = models.WebhookDelivery
 SIGNATURE_HEADER = "Sandhive-Signature"
+"""Deprecated: Sandhive's own signature, sent beside the Standard Webhooks headers for one
+release (docs/calling-services.md)."""
+SECRET_PREFIX = "whsec_"
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,9 @@ class Claimed:
     id: str
     url: str
     body: str
-    secret: str | None
-    """The subscription's current secret; None once it was deleted."""
+    secrets: tuple[str, ...]
+    """The subscription's current secret, then the one a rotation replaced while it still
+    signs (`overlap_s`); empty once the subscription was deleted."""
     event_id: str
     event_type: str
     attempts: int
@@ -45,9 +51,49 @@ class Claimed:
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
-    """The `Sandhive-Signature` header value: `t=<unix s>,v1=<hex HMAC-SHA256("<t>.<body>")>`."""
+    """The deprecated `Sandhive-Signature` value: `t=<unix s>,v1=<hex HMAC-SHA256("<t>.<body>")>`,
+    keyed with the whole secret text."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def standard_key(secret: str) -> bytes | None:
+    """The HMAC key of a Standard Webhooks secret (`whsec_` + base64); None for a secret
+    made before Sandhive used that form (`whsec_` + URL-safe text), which its libraries
+    cannot read: such a subscription gets the standard headers once its secret is rotated."""
+    try:
+        return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def standard_signature(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """One `webhook-signature` entry: `v1,` + base64 HMAC-SHA256 of `<id>.<timestamp>.<body>`."""
+    mac = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256)
+    return f"v1,{base64.b64encode(mac.digest()).decode()}"
+
+
+def signature_headers(
+    secrets: tuple[str, ...], event_id: str, body: bytes, timestamp: int
+) -> dict[str, str]:
+    """The Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`
+    with one signature per secret, space-separated) and the deprecated `Sandhive-Signature`
+    (one `v1=` per secret)."""
+    legacy = [sign(secret, body, timestamp).partition(",")[2] for secret in secrets]
+    headers = {SIGNATURE_HEADER: ",".join([f"t={timestamp}", *legacy])}
+    keys = [key for key in map(standard_key, secrets) if key is not None]
+    if keys:
+        headers["webhook-id"] = event_id
+        headers["webhook-timestamp"] = str(timestamp)
+        headers["webhook-signature"] = " ".join(
+            standard_signature(key, event_id, timestamp, body) for key in keys
+        )
+    return headers
+
+
+def _overlapping(sub: models.WebhookSubscription, now: datetime) -> bool:
+    """Whether the secret its last rotation replaced still signs."""
+    return sub.previous_until is not None and sub.previous_until > now
 
 
 async def claim_due(sessions: Sessions, settings: Settings) -> list[Claimed]:
@@ -73,7 +119,8 @@ async def claim_due(sessions: Sessions, settings: Settings) -> list[Claimed]:
         for row in rows:
             row.lease_until = lease
         subs = {
-            sub.id: sub.secret
+            sub.id: (sub.secret,)
+            + ((sub.previous_secret,) if _overlapping(sub, now) and sub.previous_secret else ())
             for sub in await session.scalars(
                 select(models.WebhookSubscription).where(
                     models.WebhookSubscription.id.in_({row.subscription_id for row in rows})
@@ -85,7 +132,7 @@ async def claim_due(sessions: Sessions, settings: Settings) -> list[Claimed]:
             id=row.id,
             url=row.url,
             body=row.body,
-            secret=subs.get(row.subscription_id),
+            secrets=subs.get(row.subscription_id, ()),
             event_id=row.event_id,
             event_type=row.event_type,
             attempts=row.attempts,
@@ -97,14 +144,14 @@ async def claim_due(sessions: Sessions, settings: Settings) -> list[Claimed]:
 
 async def send(sessions: Sessions, settings: Settings, claimed: Claimed) -> None:
     """One attempt of a claimed delivery, recorded (a vanished subscription drops it)."""
-    if claimed.secret is None:
+    if not claimed.secrets:
         await _record(sessions, settings, claimed, None, "its webhook was deleted", drop=True)
         return
     body = claimed.body.encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Sandhive-Webhooks/1",
-        SIGNATURE_HEADER: sign(claimed.secret, body, int(time.time())),
+        **signature_headers(claimed.secrets, claimed.event_id, body, int(time.time())),
         "Sandhive-Event-Id": claimed.event_id,
         "Sandhive-Event-Type": claimed.event_type,
     }

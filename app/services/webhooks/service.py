@@ -9,9 +9,11 @@ subscription costs one indexed query and builds no payload.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -45,7 +47,9 @@ def _id(prefix: str) -> str:
 
 
 def new_secret() -> str:
-    return f"whsec_{secrets.token_urlsafe(32)}"
+    """`whsec_` + base64 of 32 random bytes: the Standard Webhooks form (its libraries
+    base64-decode what follows `whsec_` into the HMAC key)."""
+    return f"whsec_{base64.b64encode(secrets.token_bytes(32)).decode()}"
 
 
 async def create(
@@ -91,10 +95,16 @@ async def delete(sessions: Sessions, tenant: str, webhook_id: str) -> None:
         await session.delete(await _find(session, tenant, webhook_id))
 
 
-async def rotate(sessions: Sessions, tenant: str, webhook_id: str) -> WebhookWithSecret:
-    """A new secret at once: later attempts, retries included, are signed with it."""
+async def rotate(
+    sessions: Sessions, tenant: str, webhook_id: str, overlap_s: int = 0
+) -> WebhookWithSecret:
+    """A new secret at once: later attempts, retries included, are signed with it, and for
+    `overlap_s` seconds with the old one too (on Postgres's clock, the senders')."""
     async with sessions.begin() as session:
         sub = await _find(session, tenant, webhook_id, lock=True)
+        now = await db_now(session)
+        sub.previous_secret = sub.secret if overlap_s > 0 else None
+        sub.previous_until = now + timedelta(seconds=overlap_s) if overlap_s > 0 else None
         sub.secret = new_secret()
         sub.rotated_at = utc_now()
     return WebhookWithSecret(**_out(sub).model_dump(), secret=sub.secret)
@@ -118,8 +128,18 @@ def _out(sub: models.WebhookSubscription) -> WebhookOut:
             "events": sub.events,
             "created_at": sub.created_at,
             "rotated_at": sub.rotated_at,
+            "previous_secret_until": (
+                sub.previous_until
+                if sub.previous_until and sub.previous_until > utc_now()
+                else None
+            ),
         }
     )
+
+
+def _still(until: datetime | None) -> datetime | None:
+    """`until` while it is ahead, else None."""
+    return until if until is not None and until > utc_now() else None
 
 
 NO_SUBSCRIPTION = "register a subscription first: POST /v1/webhooks"

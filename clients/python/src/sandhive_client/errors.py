@@ -90,7 +90,7 @@ class WaitTimeout(SandhiveError):
 
 
 class WebhookVerificationError(SandhiveError):
-    """A webhook whose `Sandhive-Signature` does not prove it came from Sandhive, recently."""
+    """A webhook whose signature does not prove it came from Sandhive, recently."""
 
 
 _BY_STATUS: dict[int, type[APIError]] = {
