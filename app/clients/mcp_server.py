@@ -21,11 +21,16 @@ from urllib.parse import quote
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import BlobResourceContents, EmbeddedResource, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, model_validator
+
+from app import __version__
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 POLL_S = 0.5
+CANCEL_WAIT_S = 15.0
+"""How long cancel_task waits for the task to be `cancelled` before answering."""
 HTTP_TIMEOUT_S = 30.0
 MAX_WAIT_S = 3600
 DEFAULT_WAIT_S = 600
@@ -306,18 +311,21 @@ class Tools:
 
     async def cancel_task(self, task_id: TaskId, ctx: Context) -> dict[str, Any]:
         async with self._api(ctx) as sandhive:
-            return _summary(await sandhive.json("POST", _task_path(task_id, "/cancel")))
+            task = await sandhive.json("POST", _task_path(task_id, "/cancel"))
+            # The API records the cancel and answers 202 at once; the task is `cancelled`
+            # once its worker has stopped it (within seconds). Answer that state.
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while task["status"] not in TERMINAL and time.monotonic() < deadline:
+                await asyncio.sleep(POLL_S)
+                task = await sandhive.json("GET", _task_path(task_id))
+            out = _summary(task)
+            if task["status"] not in TERMINAL:
+                out["note"] = "the cancel is recorded; the task is still stopping"
+            return out
 
 
 def build_server(upstream: Upstream) -> MCPServer:
     """The MCP server with Sandhive's tools and, for each, a description a model reads."""
-    mcp = MCPServer(
-        "sandhive",
-        instructions=(
-            "Sandhive runs an LLM agent inside a disposable Docker sandbox. Use run_task "
-            "to get work done that needs code execution; its answer and files come back."
-        ),
-    )
     tools = Tools(upstream)
     registry: list[tuple[Callable[..., Awaitable[Any]], str, ToolAnnotations | None]] = [
         (tools.run_task, RUN_TASK, None),
@@ -328,9 +336,42 @@ def build_server(upstream: Upstream) -> MCPServer:
         (tools.read_artifact, READ_ARTIFACT, _READ_ONLY),
         (tools.cancel_task, CANCEL_TASK, ToolAnnotations(destructive_hint=True)),
     ]
-    for fn, description, hints in registry:
-        mcp.add_tool(fn, description=description, annotations=hints)
-    return mcp
+    return MCPServer(
+        "sandhive",
+        version=__version__,  # serverInfo.version
+        instructions=(
+            "Sandhive runs an LLM agent inside a disposable Docker sandbox. Use run_task "
+            "to get work done that needs code execution; its answer and files come back."
+        ),
+        tools=[
+            strict(Tool.from_function(fn, description=description, annotations=hints))
+            for fn, description, hints in registry
+        ],
+    )
+
+
+def strict(tool: Tool) -> Tool:
+    """`tool`, refusing arguments it does not take: the SDK drops them silently, and a
+    misspelled `max_steps` would run a task with the defaults. The error names the
+    argument; the schema says so too (`additionalProperties: false`)."""
+    loose = tool.fn_metadata.arg_model
+    known = sorted(field.alias or name for name, field in loose.model_fields.items())
+
+    class Checked(loose):  # type: ignore[valid-type, misc]  # the SDK's model, made at run time
+        @model_validator(mode="before")
+        @classmethod
+        def refuse_unknown(cls, data: Any) -> Any:
+            unknown = sorted(set(data) - set(known)) if isinstance(data, dict) else []
+            if unknown:
+                raise ValueError(
+                    f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                    f"{tool.name} takes {', '.join(known)}"
+                )
+            return data
+
+    tool.fn_metadata.arg_model = Checked
+    tool.parameters = {**tool.parameters, "additionalProperties": False}
+    return tool
 
 
 async def _wait(sandhive: Api, task: dict[str, Any], wait_s: int, ctx: Context) -> dict[str, Any]:
@@ -366,37 +407,44 @@ def _fit_steps(steps: list[dict[str, Any]], max_chars: int) -> str:
     return "\n".join([f"{len(steps)} steps", *head, *reversed(out)])
 
 
+CHALLENGE = (
+    'Bearer realm="sandhive", error="invalid_token", '
+    'error_description="send a Sandhive API key as the bearer token"'
+)
+"""The 401's `WWW-Authenticate`: no `resource_metadata`, since this server takes Sandhive API
+keys, not OAuth tokens (the MCP authorization spec's discovery starts from that parameter)."""
+
+
 def require_bearer(app: Any) -> Any:
-    """ASGI wrapper: an HTTP request without a bearer token gets a plain 401, not a session."""
+    """ASGI wrapper: an HTTP request without a bearer token gets a plain 401, not a session;
+    OAuth discovery (`/.well-known/...`) a 404, so a client such as the MCP Inspector asks
+    for a token instead of starting an OAuth flow that no server here would finish."""
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            if str(scope.get("path", "")).startswith("/.well-known/"):
+                message = "no OAuth here: send a Sandhive API key as `Authorization: Bearer`"
+                await _plain(send, 404, "not_found", message, [])
+                return
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             if _bearer(headers) is None:
-                body = json.dumps(
-                    {
-                        "error": {
-                            "code": "unauthorized",
-                            "message": "send `Authorization: Bearer <Sandhive API key>`",
-                            "details": None,
-                        }
-                    }
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                message = "send `Authorization: Bearer <Sandhive API key>`"
+                challenge = [(b"www-authenticate", CHALLENGE.encode())]
+                await _plain(send, 401, "unauthorized", message, challenge)
                 return
         await app(scope, receive, send)
 
     return guarded
+
+
+async def _plain(
+    send: Any, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """An answer in the API's error shape."""
+    body = json.dumps({"error": {"code": code, "message": message, "details": None}}).encode()
+    start = [(b"content-type", b"application/json"), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
 
 
 def serve(upstream: Upstream, host: str = "127.0.0.1", port: int = 8765) -> None:

@@ -7,6 +7,7 @@ and over streamable HTTP (the client connects with a bearer token that is the Sa
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -26,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import BlobResourceContents, CallToolResult, EmbeddedResource, TextContent
 
+from app import __version__
 from app.config import Settings
 from app.scripted import DEMO_ANSWER
 from app.scripted.profile import TOUR_IMAGE
@@ -189,7 +191,7 @@ async def test_run_task_over_streamable_http(mcp_http: str) -> None:
     async with httpx.AsyncClient() as plain:
         anonymous = await plain.post(mcp_http, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert anonymous.status_code == 401
-    assert anonymous.headers["www-authenticate"] == "Bearer"
+    assert anonymous.headers["www-authenticate"].startswith('Bearer realm="sandhive"')
     assert "Authorization: Bearer" in anonymous.json()["error"]["message"]
 
 
@@ -222,3 +224,55 @@ async def test_a_retried_submit_with_the_same_idempotency_key_gives_the_same_tas
     assert first["id"] == again["id"] == waited["id"], (first, again, waited)
     assert other["id"] != first["id"]
     assert waited["status"] == "succeeded", waited
+
+
+async def test_a_strict_server_refuses_unknown_arguments_and_says_what_it_is(
+    mcp_http: str, service: Service
+) -> None:
+    """A misspelled argument is a tool error naming it (nothing runs); `serverInfo` has the
+    release; `cancel_task` answers the state once the cancel is recorded (`cancelled`)."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with _http(mcp_http, ADMIN_KEY) as client:
+        assert client.server_info is not None
+        assert (client.server_info.name, client.server_info.version) == ("sandhive", __version__)
+        for tool in (await client.list_tools()).tools:
+            assert tool.input_schema["additionalProperties"] is False, tool.name
+        typo = {"prompt": PROMPT, "profile": "scripted", "model": "demo", "max_stepz": 3}
+        refused = await client.call_tool("submit_task", typo)
+        assert refused.is_error
+        assert "unknown argument max_stepz" in _text(refused), _text(refused)
+        assert "submit_task takes" in _text(refused)
+        async with httpx.AsyncClient(base_url=service.base_url, headers=headers) as api:
+            assert (await api.get("/v1/tasks")).json()["items"] == [], "nothing ran"
+
+        tour = {"prompt": PROMPT, "profile": "scripted", "model": "tour"}
+        task = _json(await client.call_tool("submit_task", tour))
+        deadline = time.monotonic() + 120
+        while True:
+            now = _json(await client.call_tool("get_task", {"task_id": task["id"]}))
+            if now["status"] == "running":
+                break
+            assert time.monotonic() < deadline, f"the task never started: {now}"
+            await asyncio.sleep(0.2)
+        cancelled = _json(await client.call_tool("cancel_task", {"task_id": task["id"]}))
+    assert cancelled["status"] == "cancelled", cancelled
+    assert "note" not in cancelled
+
+
+async def test_without_a_token_the_http_server_asks_for_a_key_and_offers_no_oauth(
+    mcp_http: str,
+) -> None:
+    """What the MCP Inspector meets before it has a token: a 401 whose challenge names no
+    OAuth metadata, and 404 at the OAuth discovery addresses."""
+    root = mcp_http.removesuffix("/mcp")
+    async with httpx.AsyncClient() as plain:
+        anonymous = await plain.post(mcp_http, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert anonymous.status_code == 401
+        challenge = anonymous.headers["www-authenticate"]
+        assert challenge.startswith("Bearer ")
+        assert "resource_metadata" not in challenge
+        for well_known in ("oauth-protected-resource", "oauth-authorization-server"):
+            for suffix in ("", "/mcp"):
+                found = await plain.get(f"{root}/.well-known/{well_known}{suffix}")
+                assert found.status_code == 404, (well_known, suffix)
+                assert found.json()["error"]["code"] == "not_found"
