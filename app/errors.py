@@ -34,6 +34,12 @@ class IdempotencyKeyReused(InvalidInput):
     code = "idempotency_key_reused"
 
 
+class UnsupportedMediaType(AppError):
+    """The body's content type is not one the route takes."""
+
+    status, code = 415, "unsupported_media_type"
+
+
 class NotFound(AppError):
     status, code = 404, "not_found"
 

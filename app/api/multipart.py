@@ -20,12 +20,12 @@ class MultipartRoute(APIRoute):
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child = super().matches(scope)
-        if match is Match.FULL and not _is_multipart(scope):
+        if match is Match.FULL and not is_multipart(scope):
             return Match.NONE, {}
         return match, child
 
 
-def _is_multipart(scope: Scope) -> bool:
+def is_multipart(scope: Scope) -> bool:
     content_type = dict(scope.get("headers", [])).get(b"content-type", b"")
     return bytes(content_type).lower().startswith(b"multipart/form-data")
 

@@ -274,8 +274,27 @@ async def test_a_part_of_unknown_size_is_cut_off_once_past_the_limit() -> None:
     assert part.read_bytes <= 100_000 + experiment_upload.CHUNK_BYTES, "never read it all"
 
 
-async def test_openapi_describes_json_and_multipart_bodies(client: Any) -> None:
+async def test_openapi_describes_json_and_multipart_bodies_on_one_operation_each(
+    client: Any,
+) -> None:
+    """One body type per operation, so client generators make one function of each."""
     schema = (await client.get("/openapi.json")).json()
     body = schema["paths"]["/v1/experiments"]["post"]["requestBody"]["content"]
-    assert set(body) == {"application/json", "multipart/form-data"}
-    assert body["multipart/form-data"]["schema"]["required"] == ["spec", "dataset"]
+    assert set(body) == {"application/json"}
+    upload_body = schema["paths"]["/v1/experiments/upload"]["post"]["requestBody"]["content"]
+    assert set(upload_body) == {"multipart/form-data"}
+    assert upload_body["multipart/form-data"]["schema"]["required"] == ["spec", "dataset"]
+
+
+async def test_the_upload_operation_takes_the_same_parts_and_nothing_else(
+    make_settings: Callable[..., Settings], sessions: Sessions
+) -> None:
+    async with serve(create_app(make_settings())) as client:
+        files = [("dataset", ("rows.jsonl", jsonl(ROWS), "application/x-ndjson"))]
+        made = await client.post("/v1/experiments/upload", data={"spec": spec()}, files=files)
+        assert made.status_code == 202, made.text
+        assert made.headers["location"] == f"/v1/experiments/{made.json()['id']}"
+        assert made.json()["rows"] == 3
+        as_json = await client.post("/v1/experiments/upload", json=experiment())
+        assert_error(as_json, 415, "unsupported_media_type")
+    assert (await counts(sessions))[0] == 1

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import Res, Tenant
-from app.api.multipart import add_multipart_route, multipart_doc
+from app.api.multipart import add_multipart_route, is_multipart, multipart_doc
 from app.api.query import known_query_only
+from app.errors import UnsupportedMediaType
 from app.resources import Resources
 from app.schemas.experiments import (
     ExperimentCreate,
@@ -71,19 +72,38 @@ add_multipart_route(router, create_experiment_multipart, ExperimentOut)
 
 
 @router.post(
+    "/upload",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ExperimentOut,
+    responses={413: {"model": ErrorOut}, 415: {"model": ErrorOut}, **_ERRORS},
+    openapi_extra=_MULTIPART_DOC,
+)
+async def upload_experiment(
+    request: Request, response: Response, res: Res, tenant: Tenant
+) -> ExperimentOut:
+    """`POST /v1/experiments` as multipart/form-data: a `spec` part (the JSON body without
+    `dataset`) and a `dataset` file part (.jsonl, or .json), for datasets larger than a JSON
+    body may be. `POST /v1/experiments` takes the same parts; this operation is the one
+    OpenAPI documents them on, so that generated clients get one body type per operation."""
+    if not is_multipart(request.scope):
+        raise UnsupportedMediaType("send multipart/form-data: a `spec` part and a `dataset` file")
+    return await create_experiment_multipart(request, response, res, tenant)
+
+
+@router.post(
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=ExperimentOut,
     responses={413: {"model": ErrorOut}, **_ERRORS},
-    openapi_extra=_MULTIPART_DOC,
 )
 async def create_experiment(
     body: ExperimentCreate, response: Response, res: Res, tenant: Tenant
 ) -> ExperimentOut:
     """Run every row x arm x attempt as a task, scored as each ends (202 + Location).
 
-    Also as multipart/form-data: a `spec` part (this body without `dataset`) and a
-    `dataset` file part (.jsonl, or .json), for datasets larger than a JSON body may be.
+    Also as multipart/form-data (documented on `POST /v1/experiments/upload`, which takes
+    the same parts): a `spec` part and a `dataset` file, for datasets larger than a JSON
+    body may be.
     """
     return await _create(response, res, tenant, body)
 
