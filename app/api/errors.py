@@ -9,6 +9,7 @@ Redis unreachable (503 + Retry-After, `app.kit.outage`) and anything unexpected
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
@@ -17,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from app.config import Settings
 from app.errors import AppError
@@ -98,11 +100,43 @@ def validation_message(details: list[dict[str, Any]]) -> str:
     return f"{where}: {text}{more}" if where else f"{text}{more}"
 
 
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     phrase = _phrase(exc.status_code)
     code = _CODES.get(exc.status_code, phrase.lower().replace(" ", "_").replace("-", "_"))
     message = exc.detail if isinstance(exc.detail, str) else phrase
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        given = (headers or {}).get("Allow", "")
+        headers = {**(headers or {}), "Allow": allowed_methods(request, given)}
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+def allowed_methods(request: Request, given: str) -> str:
+    """Every method the API documents at this path. Starlette's 405 names only the first
+    route's (a path with GET and POST on two routes said `Allow: POST`), while RFC 9110
+    asks for all of them; a path the document does not have keeps `given`."""
+    matching = [
+        (literal, documented)
+        for pattern, literal, documented in _documented_paths(request.app)
+        if pattern.fullmatch(request.url.path)
+    ]
+    if any(literal for literal, _ in matching):  # `/v1/tasks/batch`, not `/v1/tasks/{id}`
+        matching = [(literal, documented) for literal, documented in matching if literal]
+    methods = {method.upper() for _, documented in matching for method in documented}
+    return ", ".join(sorted(methods)) if methods else given
+
+
+def _documented_paths(app: Any) -> list[tuple[re.Pattern[str], bool, list[str]]]:
+    """The OpenAPI document's paths as patterns, whether each is literal (no parameter),
+    and their methods; built once per app."""
+    found: list[tuple[re.Pattern[str], bool, list[str]]] | None = getattr(app.state, "paths", None)
+    if found is None:
+        found = [
+            (compile_path(path)[0], "{" not in path, list(operations))
+            for path, operations in app.openapi().get("paths", {}).items()
+        ]
+        app.state.paths = found
+    return found
 
 
 def _phrase(status: int) -> str:

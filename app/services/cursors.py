@@ -10,7 +10,6 @@ import base64
 import json
 from datetime import datetime
 
-from app.domain.resolve import problem
 from app.errors import InvalidInput
 
 
@@ -20,7 +19,8 @@ def encode_cursor(created_at: datetime, row_id: str) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The `(created_at, id)` a cursor holds; InvalidInput (422 at `cursor`) if it is not one."""
+    """The `(created_at, id)` a cursor holds; InvalidInput (422 at `["query", "cursor"]`,
+    where the request carried it) if it is not one."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, row_id = json.loads(raw)
@@ -29,4 +29,5 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("cursor without a time zone or a usable id")
         return when, row_id
     except (ValueError, TypeError) as exc:
-        raise InvalidInput("bad cursor", details=[problem(("cursor",), "bad cursor")]) from exc
+        where = {"loc": ["query", "cursor"], "msg": "bad cursor", "type": "invalid"}
+        raise InvalidInput("cursor: bad cursor", details=[where]) from exc

@@ -96,8 +96,8 @@ async def test_bad_queries_are_422s(make_settings: Callable[..., Settings]) -> N
             ("status=done", ["query", "status"]),
             ("limit=0", ["query", "limit"]),
             ("limit=101", ["query", "limit"]),
-            ("cursor=not-a-cursor", ["body", "cursor"]),
-            ("cursor=WyJ4Il0", ["body", "cursor"]),
+            ("cursor=not-a-cursor", ["query", "cursor"]),
+            ("cursor=WyJ4Il0", ["query", "cursor"]),
         ]:
             error = assert_error(await client.get(f"/v1/experiments?{query}"), 422, "invalid_input")
             assert loc in [p["loc"] for p in error["details"]], (query, error)

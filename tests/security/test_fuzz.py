@@ -30,7 +30,10 @@ ST = Path(sys.executable).with_name("st")
 MAX_EXAMPLES = os.environ.get("SANDHIVE_FUZZ_EXAMPLES", "30")
 SEED = os.environ.get("SANDHIVE_FUZZ_SEED", "20261130")
 OPEN_EPISODE = "create_episode_v1_episodes_post"
-EXCLUDED = "positive_data_acceptance,content_type_conformance,allow_header_conformance"
+EXCLUDED = os.environ.get(
+    "SANDHIVE_FUZZ_EXCLUDED",
+    "positive_data_acceptance,content_type_conformance,allow_header_conformance",
+)
 
 
 @pytest.fixture
