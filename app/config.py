@@ -397,6 +397,9 @@ class Settings(BaseSettings):
     """Longest delay between two attempts of one delivery."""
     webhook_retry_for_s: float = Field(default=24 * 3600.0, gt=0)
     """A delivery is retried this long after its event, then marked `failed`."""
+    webhook_expiring_lead_s: float = Field(default=60.0, ge=0)
+    """`task.expiring` is sent this long before a running task's `limits.timeout_s` runs out
+    (at once when less is left as an attempt starts); 0: never."""
 
     @field_validator(
         "sandbox_egress_allow",

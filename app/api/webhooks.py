@@ -3,14 +3,15 @@ logs, `GET /v1/tasks/{id}/webhooks` and `GET /v1/experiments/{id}/webhooks`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import Res, Tenant
 from app.schemas.tasks import ErrorOut
 from app.schemas.webhooks import (
     DeliveryList,
+    DeliveryOut,
     RotateIn,
     WebhookCreate,
     WebhookList,
@@ -18,6 +19,8 @@ from app.schemas.webhooks import (
 )
 from app.services.webhooks import service as webhooks
 
+DEFAULT_DELIVERIES = 50
+MAX_DELIVERIES = 200
 router = APIRouter(tags=["webhooks"])
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 404, 422)}
 
@@ -58,6 +61,30 @@ async def rotate_webhook(
     beside it for `overlap_s` seconds (`webhook-signature` then carries both)."""
     overlap = body.overlap_s if body is not None else 0
     return await webhooks.rotate(res.sessions, tenant, webhook_id, overlap)
+
+
+@router.get("/v1/webhooks/{webhook_id}/deliveries", response_model=DeliveryList, responses=_ERRORS)
+async def subscription_deliveries(
+    webhook_id: str,
+    res: Res,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=MAX_DELIVERIES)] = DEFAULT_DELIVERIES,
+) -> DeliveryList:
+    """The subscription's newest deliveries, newest first, each with every attempt (also
+    those of events of no task or experiment, such as `episode.closed`)."""
+    return await webhooks.subscription_deliveries(res.sessions, tenant, webhook_id, limit)
+
+
+@router.post(
+    "/v1/webhooks/deliveries/{delivery_id}/redeliver",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=DeliveryOut,
+    responses={409: {"model": ErrorOut, "description": "Its webhook was deleted"}, **_ERRORS},
+)
+async def redeliver(delivery_id: str, res: Res, tenant: Tenant) -> DeliveryOut:
+    """Send a past delivery's event again (the same `id` and body) as a new delivery to the
+    same URL, signed afresh: for a receiver that lost or mishandled it."""
+    return await webhooks.redeliver(res.sessions, tenant, delivery_id)
 
 
 @router.get("/v1/tasks/{task_id}/webhooks", response_model=DeliveryList, responses=_ERRORS)

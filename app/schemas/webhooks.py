@@ -9,8 +9,16 @@ from pydantic import ConfigDict, Field
 
 from app.schemas.tasks import WireModel
 
-EventType = Literal["task.started", "task.finished", "experiment.finished"]
-EVENT_TYPES: tuple[EventType, ...] = ("task.started", "task.finished", "experiment.finished")
+EventType = Literal[
+    "task.started", "task.expiring", "task.finished", "experiment.finished", "episode.closed"
+]
+EVENT_TYPES: tuple[EventType, ...] = (
+    "task.started",
+    "task.expiring",
+    "task.finished",
+    "experiment.finished",
+    "episode.closed",
+)
 
 
 class WebhookCreate(WireModel):

@@ -7,12 +7,15 @@ escaping into the pool's TaskGroup would cancel sibling attempts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import asdict
+from datetime import timedelta
 
 from app import logs
 from app.agent.types import Outcome
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
+from app.ids import utc_now
 from app.kit import outage
 from app.runner.episode import EpisodeResult
 from app.sandbox import reaper
@@ -61,6 +64,7 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
     await _remove_earlier_sandboxes(ctx, started)
     sink = TaskSink(ctx.sessions, ctx.redis, started.task_id, started.attempt)
     outcome = Outcome(FinishReason.max_steps)  # the one record of steps and usage
+    expiring = asyncio.create_task(_announce_expiry(ctx, started))
     try:
         result = await _run(ctx, started, sink, running, outcome)
     except StaleAttempt:
@@ -74,6 +78,8 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
         end = TaskEnd(_reason_for(exc), usage=_usage(outcome), error=_describe(exc))
         await attempts.finish_task(ctx.sessions, ctx.redis, started.task_id, started.attempt, end)
         return End.done
+    finally:
+        expiring.cancel()
     if running.reason is StopReason.lease_lost:
         log.warning("attempt %d of %s lost its lease; stopped", started.attempt, started.task_id)
         return End.stale
@@ -117,6 +123,22 @@ async def _run(
         return result
     finally:
         await sink.close()
+
+
+async def _announce_expiry(ctx: WorkerContext, started: StartedAttempt) -> None:
+    """`task.expiring`, `webhook_expiring_lead_s` before the attempt's share of
+    `limits.timeout_s` runs out (at once if less is left); cancelled when the attempt ends.
+    Never raises: a webhook that could not be written must not end the attempt."""
+    lead = ctx.settings.webhook_expiring_lead_s
+    if lead <= 0:
+        return
+    left = max(started.spec.limits.timeout_s - started.used_s, 0.0)
+    expires_at = utc_now() + timedelta(seconds=left)
+    await asyncio.sleep(max(left - lead, 0.0))
+    try:
+        await attempts.task_expiring(ctx.sessions, started.task_id, started.attempt, expires_at)
+    except Exception as exc:
+        log.warning("task.expiring of %s could not be written: %r", started.task_id, exc)
 
 
 async def _remove_earlier_sandboxes(ctx: WorkerContext, started: StartedAttempt) -> None:

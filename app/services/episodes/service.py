@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db import models
@@ -24,6 +25,7 @@ from app.scoring.judge import LlmJudgeScorer
 from app.scoring.python_code import PythonScorer
 from app.services.experiments.scoring import build_scorer, json_safe, scorer_problems
 from app.services.tasks import backpressure
+from app.services.webhooks import service as webhooks
 from app.specs import TaskSpec, read_spec, stored
 
 ACTIVE = ("opening", "open")
@@ -165,8 +167,10 @@ async def end(
             update(models.EpisodeRow)
             .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status.in_(ACTIVE))
             .values(**values)
-            .returning(models.EpisodeRow.id)
+            .returning(models.EpisodeRow)
         )
+        if ended is not None and status == "closed":
+            await _closed(session, ended)
     return ended is not None
 
 
@@ -185,11 +189,21 @@ async def record_reward(sessions: Sessions, episode_id: str, reward: dict[str, A
 async def close_done(sessions: Sessions, episode_id: str) -> None:
     """A `done` episode the trainer deleted: `closed`, its result kept for the reward."""
     async with sessions.begin() as session:
-        await session.execute(
+        closed = await session.scalar(
             update(models.EpisodeRow)
             .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status == "done")
             .values(status="closed", updated_at=utc_now())
+            .returning(models.EpisodeRow)
         )
+        if closed is not None:
+            await _closed(session, closed)
+
+
+async def _closed(session: AsyncSession, row: models.EpisodeRow) -> None:
+    """`episode.closed` in the transaction that closed it: the episode as GET returns it."""
+    await webhooks.enqueue(
+        session, row.tenant_id, "episode.closed", lambda: out(row).model_dump(mode="json")
+    )
 
 
 async def open_on(sessions: Sessions, worker: str) -> list[str]:

@@ -110,6 +110,21 @@ async def _attempts_ran_s(session: AsyncSession, task_id: str) -> float:
     return float(total or 0.0)
 
 
+async def task_expiring(
+    sessions: Sessions, task_id: str, attempt: int, expires_at: datetime
+) -> bool:
+    """`task.expiring` for the attempt that runs the task now, while it still runs; False
+    when it ended or another attempt took it meanwhile (nothing is sent)."""
+    async with sessions.begin() as session:
+        task = await session.scalar(
+            select(models.Task).where(models.Task.id == task_id).with_for_update()
+        )
+        if task is None or task.status != TaskStatus.running or task.attempt != attempt:
+            return False
+        await task_changed(session, task, "task.expiring", expires_at=expires_at)
+        return True
+
+
 def _ending_before_start(task: models.Task, max_attempts: int, used_s: float) -> TaskEnd | None:
     """Why the task must end instead of starting another attempt, if it must."""
     if task.cancel_requested_at is not None:

@@ -1,4 +1,5 @@
-"""`task.started` and `task.finished`: the webhook events a task's changes write to the outbox.
+"""`task.started`, `task.expiring` and `task.finished`: the webhook events a task's changes
+write to the outbox.
 
 One line at each change (`lifecycle.finish_row`, `attempts._start`), inside its transaction;
 the payload is the task as `GET /v1/tasks/{id}` returns it.
@@ -6,6 +7,7 @@ the payload is the task as `GET /v1/tasks/{id}` returns it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,11 +18,17 @@ from app.services.webhooks import service as webhooks
 from app.specs import read_spec
 
 
-async def task_changed(session: AsyncSession, task: models.Task, event_type: str) -> None:
-    """`task.started` or `task.finished` of this (locked, just changed) task."""
+async def task_changed(
+    session: AsyncSession, task: models.Task, event_type: str, expires_at: datetime | None = None
+) -> None:
+    """`task.started`, `task.expiring` (with `expires_at`, when its time runs out) or
+    `task.finished` of this (locked) task."""
 
     def data() -> Any:
-        return task_out(task).model_dump(mode="json")
+        found = task_out(task).model_dump(mode="json")
+        if expires_at is not None:
+            found["expires_at"] = expires_at.isoformat()
+        return found
 
     own = read_spec(task.spec).webhook
     await webhooks.enqueue(session, task.tenant_id, event_type, data, task_id=task.id, own=own)

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions, db_now
 from app.domain.resolve import Loc, problem
-from app.errors import InvalidInput, NotFound
+from app.errors import Conflict, InvalidInput, NotFound
 from app.ids import utc_now
 from app.schemas.webhooks import (
     AttemptOut,
@@ -267,6 +267,55 @@ async def experiment_deliveries(
             .order_by(Delivery.created_at, Delivery.id)
         )
         return DeliveryList(deliveries=[delivery_out(row) for row in rows])
+
+
+async def subscription_deliveries(
+    sessions: Sessions, tenant: str, webhook_id: str, limit: int
+) -> DeliveryList:
+    """A subscription's `limit` newest deliveries, newest first: the one log that also
+    holds events of no task or experiment (`episode.closed`)."""
+    async with sessions() as session:
+        await _find(session, tenant, webhook_id)
+        rows = await session.scalars(
+            select(Delivery)
+            .where(Delivery.subscription_id == webhook_id, Delivery.tenant_id == tenant)
+            .order_by(Delivery.created_at.desc(), Delivery.id.desc())
+            .limit(limit)
+        )
+        return DeliveryList(deliveries=[delivery_out(row) for row in rows])
+
+
+async def redeliver(sessions: Sessions, tenant: str, delivery_id: str) -> DeliveryOut:
+    """The same event (its id and body, byte for byte) sent again as a new delivery to the
+    same URL, whatever became of the first: for a receiver that lost or mishandled it.
+    404 for another tenant's delivery, 409 when its subscription was deleted."""
+    async with sessions.begin() as session:
+        first = await session.scalar(
+            select(Delivery).where(Delivery.id == delivery_id, Delivery.tenant_id == tenant)
+        )
+        if first is None:
+            raise NotFound(f"delivery {delivery_id} not found")
+        if await session.get(Sub, first.subscription_id) is None:
+            raise Conflict(f"the webhook of delivery {delivery_id} was deleted")
+        now = await db_now(session)
+        again = Delivery(
+            id=_id("whd"),
+            event_id=first.event_id,
+            event_type=first.event_type,
+            tenant_id=tenant,
+            subscription_id=first.subscription_id,
+            url=first.url,
+            task_id=first.task_id,
+            experiment_id=first.experiment_id,
+            body=first.body,
+            status="pending",
+            attempts=0,
+            log=[],
+            next_attempt_at=now,
+            created_at=now,
+        )
+        session.add(again)
+    return delivery_out(again)
 
 
 def delivery_out(row: models.WebhookDelivery) -> DeliveryOut:
