@@ -11,7 +11,9 @@ docstrings are the field descriptions). What it cannot know is added here, once:
   `SANDHIVE_MAX_PROMPT_CHARS`; a client that trusts the schema should not get a 422;
 - 422 in the contract's error shape (FastAPI documents its own `HTTPValidationError`,
   which this API never sends);
-- the request examples of the models, as named examples of their request bodies.
+- the request examples of the models, as named examples of their request bodies;
+- optional query and header parameters as what they are when given, without FastAPI's
+  `null` alternative (a parameter is left out, never sent as null).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def describe(schema: dict[str, Any], routers: Sequence[APIRouter], settings: Set
     _apply_limits(schema["components"]["schemas"], settings)
     _contract_422(schema)
     _request_examples(schema)
+    _omit_not_null(schema)
 
 
 def _declare_auth(schema: dict[str, Any], routers: Sequence[APIRouter], settings: Settings) -> None:
@@ -195,6 +198,22 @@ def _contract_422(schema: dict[str, Any]) -> None:
 def _all_operations(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for item in schema["paths"].values():
         yield from (op for method, op in item.items() if method != "parameters")
+
+
+def _omit_not_null(schema: dict[str, Any]) -> None:
+    """An optional query or header parameter is left out, never sent as null: the text
+    `null` in `Last-Event-ID: null` or `?cursor=null` is not a null, so FastAPI's
+    `anyOf: [X, {type: null}]` for `X | None = None` is documented as plain `X`."""
+    for operation in _all_operations(schema):
+        for parameter in operation.get("parameters", []):
+            found = parameter.get("schema", {})
+            branches = found.get("anyOf")
+            if parameter.get("required") or not branches:
+                continue
+            kept = [b for b in branches if b.get("type") != "null"]
+            if len(kept) == 1 and len(kept) < len(branches):
+                rest = {k: v for k, v in found.items() if k != "anyOf" and v is not None}
+                parameter["schema"] = {**kept[0], **rest}
 
 
 def _request_examples(schema: dict[str, Any]) -> None:

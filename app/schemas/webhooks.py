@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from app.schemas.tasks import WireModel
 
@@ -54,10 +54,16 @@ class WebhookWithSecret(WebhookOut):
     `Sandhive-Signature`); shown only in this answer."""
 
 
+def _whole(value: object) -> object:
+    """A number with no fractional part as the integer it is (JSON Schema's `integer`
+    admits `5303.0`); anything else as given, for the strict check to judge."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class RotateIn(WireModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    overlap_s: int = Field(default=0, ge=0, le=7 * 24 * 3600)
+    overlap_s: Annotated[int, BeforeValidator(_whole)] = Field(default=0, ge=0, le=7 * 24 * 3600)
     """For how many seconds the old secret keeps signing beside the new one, so receivers
     can switch without refusing a delivery (0, the default: it stops at once, as after a
     leak). At most 7 days."""

@@ -4,7 +4,7 @@ filtered by status, with every experiment's progress read in grouped queries."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from sqlalchemy import event, update
@@ -15,6 +15,7 @@ from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.resources import open_resources
+from app.services.cursors import decode_cursor, encode_cursor
 from tests.api.conftest import assert_error, serve
 from tests.support.experiments import as_tenant, experiment, progress
 
@@ -97,10 +98,20 @@ async def test_bad_queries_are_422s(make_settings: Callable[..., Settings]) -> N
             ("limit=0", ["query", "limit"]),
             ("limit=101", ["query", "limit"]),
             ("cursor=not-a-cursor", ["query", "cursor"]),
-            ("cursor=WyJ4Il0", ["query", "cursor"]),
+            ("cursor=WyJ4Il0", ["query", "cursor"]),  # an earlier release's form
+            ("cursor=999999999999999999-exp_1", ["query", "cursor"]),  # past the year 8300
         ]:
             error = assert_error(await client.get(f"/v1/experiments?{query}"), 422, "invalid_input")
             assert loc in [p["loc"] for p in error["details"]], (query, error)
+
+
+def test_every_string_the_cursor_pattern_admits_is_a_cursor() -> None:
+    """What a client that trusts the OpenAPI document may send is read, never a 422."""
+    for cursor in ("000000000000000000-a", "199999999999999999-" + "z" * 64, "1" * 18 + "-_"):
+        when, row_id = decode_cursor(cursor)
+        assert encode_cursor(when, row_id) == cursor
+    now = datetime.now(UTC)
+    assert decode_cursor(encode_cursor(now, "exp_01J")) == (now, "exp_01J")
 
 
 async def test_a_page_costs_the_same_few_queries_however_many_experiments(

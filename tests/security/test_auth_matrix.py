@@ -8,6 +8,7 @@ until someone decides it may be public.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -118,6 +119,13 @@ async def call(
         body = {"prompt": "p"}
     if method == "POST" and path.endswith("/step"):
         body = {"message": {"role": "assistant", "content": "hi"}}
+    if (method, path) == ("POST", "/v1/experiments/upload"):
+        spec = json.dumps({k: v for k, v in EXPERIMENT.items() if k != "dataset"})
+        rows = "".join(json.dumps(row) + "\n" for row in EXPERIMENT["dataset"]["rows"])
+        files = {"dataset": ("rows.jsonl", rows.encode(), "application/x-ndjson")}
+        return await client.request(
+            method, path, data={"spec": spec}, files=files, headers=headers, params=params
+        )
     return await client.request(method, path, json=body, headers=headers, params=params)
 
 
@@ -159,6 +167,8 @@ def passing(method: str, template: str) -> tuple[int, ...]:
         return (404,)  # let through to an episode that does not exist
     if "{webhook_id}" in template:
         return (200, 204, 404)  # the subscription (gone once its DELETE came first)
+    if "{delivery_id}" in template:
+        return (404,)  # let through to a delivery that does not exist
     return (200, 201, 202, 204, 409)
 
 

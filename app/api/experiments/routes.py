@@ -29,6 +29,7 @@ from app.schemas.experiments import (
     ResultsOut,
 )
 from app.schemas.tasks import ErrorOut
+from app.services.cursors import CURSOR_PATTERN
 from app.services.experiments import package as experiment_package
 from app.services.experiments import regrade as experiment_regrade
 from app.services.experiments import results as experiment_results
@@ -122,7 +123,7 @@ async def list_experiments(
     tenant: Tenant,
     status: ExperimentStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=experiments.MAX_PAGE)] = experiments.DEFAULT_PAGE,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(max_length=100, pattern=CURSOR_PATTERN)] = None,
 ) -> ExperimentList:
     """The tenant's experiments, newest first; pass `next_cursor` back as `cursor`."""
     return await experiments.list_experiments(

@@ -38,7 +38,10 @@ router = APIRouter(prefix="/v1/tasks/{task_id}", tags=["artifacts"])
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 404)}
 _UNTRUSTED = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
 _BYTES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"application/octet-stream": {}}, "description": "The bytes"}
+    200: {
+        "content": {"*/*": {}},
+        "description": "The bytes, as the media type the file was stored with",
+    }
 }
 
 
@@ -53,7 +56,12 @@ async def list_artifacts(task_id: str, res: Res, tenant: Tenant) -> ArtifactList
 
 
 # Registered before `/artifacts/{path:anypath}` so that it is never read as a path.
-@router.get("/artifacts.zip", response_class=Response, responses={**_ERRORS, **_BYTES})
+_ZIP: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/zip": {}}, "description": "Every artifact, zipped"}
+}
+
+
+@router.get("/artifacts.zip", response_class=Response, responses={**_ERRORS, **_ZIP})
 async def zip_artifacts(task_id: str, res: Res, tenant: Tenant) -> Response:
     """Every artifact of the task in one zip."""
     content = await artifacts.zip_artifacts(res.sessions, tenant, task_id)

@@ -7,9 +7,9 @@ octet-stream, never sniffed, sandboxed by CSP, as an attachment.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import Res, Tenant
@@ -19,6 +19,7 @@ from app.errors import TooLarge
 from app.schemas.files import FileList, FileWritten
 from app.schemas.tasks import ErrorOut
 from app.services.tasks import files as task_files
+from app.services.tasks.files import MAX_PATH_CHARS, PATH_PATTERN
 
 router = APIRouter(prefix="/v1/tasks/{task_id}", tags=["files"])
 
@@ -29,10 +30,16 @@ _UNTRUSTED = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "s
 _BYTES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}
 }
+_BYTES_IN = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 _PATH_DOC = (
     "A path in the sandbox: relative ones are below the workdir (/testbed); absolute ones"
     " must lie in its writable area (the workdir, /tmp, /var/tmp, /root, /run)."
 )
+
+
+SandboxPath = Annotated[
+    str, Path(max_length=MAX_PATH_CHARS, pattern=PATH_PATTERN, description=_PATH_DOC)
+]
 
 
 @router.get("/files", response_model=FileList, responses=_ERRORS, dependencies=[known_query_only()])
@@ -40,7 +47,9 @@ async def list_files(
     task_id: str,
     res: Res,
     tenant: Tenant,
-    path: str = Query(default="", max_length=4096, description=_PATH_DOC),
+    path: str = Query(
+        default="", max_length=MAX_PATH_CHARS, pattern=PATH_PATTERN, description=_PATH_DOC
+    ),
 ) -> FileList:
     """A directory of the running task's sandbox (the workdir when `path` is empty)."""
     clean = task_files.clean_path(path, allow_root=True)
@@ -55,7 +64,7 @@ async def list_files(
     responses={**_ERRORS, **_BYTES},
     dependencies=[known_query_only()],
 )
-async def read_file(task_id: str, path: str, res: Res, tenant: Tenant) -> Response:
+async def read_file(task_id: str, path: SandboxPath, res: Res, tenant: Tenant) -> Response:
     """One file of the running task's sandbox, streamed; 413 over `task_files_max_read_bytes`."""
     clean = task_files.clean_path(path)
     opened = await task_files.read_file(
@@ -77,12 +86,12 @@ async def read_file(task_id: str, path: str, res: Res, tenant: Tenant) -> Respon
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            "content": _BYTES_IN,
         }
     },
 )
 async def write_file(
-    task_id: str, path: str, request: Request, res: Res, tenant: Tenant
+    task_id: str, path: SandboxPath, request: Request, res: Res, tenant: Tenant
 ) -> FileWritten:
     """Write the body as the file (parents made, replaced atomically) in the running sandbox;
     413 over `task_files_max_write_bytes`."""

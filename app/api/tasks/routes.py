@@ -21,6 +21,7 @@ from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
 from app.schemas.batches import TaskBatchCreate, TaskBatchOut
 from app.schemas.tasks import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
+from app.services.cursors import CURSOR_PATTERN
 from app.services.rollouts import atif as rollout_atif
 from app.services.tasks import batch, cancel
 from app.services.tasks import service as tasks
@@ -182,7 +183,7 @@ async def list_tasks(
     tenant: Tenant,
     status: TaskStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=tasks.MAX_PAGE)] = 20,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(max_length=100, pattern=CURSOR_PATTERN)] = None,
     q: Annotated[
         str | None,
         Query(

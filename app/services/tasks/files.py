@@ -42,6 +42,9 @@ from app.states import TaskStatus
 
 RETRY_S = 2
 MAX_PATH_CHARS = 4096
+PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+"""What a sandbox path may hold: no control character (C0, DEL, C1). The API's parameters
+carry it, so the OpenAPI document admits exactly the paths `clean_path` takes."""
 _UNUSABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
 _REFUSALS: dict[str, type[AppError]] = {
     "outside": InvalidInput,
