@@ -132,8 +132,9 @@ def _documented_paths(app: Any) -> list[tuple[re.Pattern[str], bool, list[str]]]
     found: list[tuple[re.Pattern[str], bool, list[str]]] | None = getattr(app.state, "paths", None)
     if found is None:
         found = [
-            (compile_path(path)[0], "{" not in path, list(operations))
-            for path, operations in app.openapi().get("paths", {}).items()
+            # `{path}` is the one parameter of ours that spans slashes (`anypath`).
+            (compile_path(path.replace("{path}", "{path:path}"))[0], "{" not in path, list(ops))
+            for path, ops in app.openapi().get("paths", {}).items()
         ]
         app.state.paths = found
     return found

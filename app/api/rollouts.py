@@ -39,7 +39,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
             inspect_log.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
         },
         "description": "`jsonl`: one JSON object per rollout and line (fields: docs/rl.md); "
-        "`atif`: a zip of ATIF trajectories; `inspect`: an Inspect `.eval` log",
+        "`atif`: a zip of ATIF trajectories; `inspect`: an Inspect `.eval` log (a zip of "
+        "one per arm without `arm=` when there are several)",
     },
     **_ERRORS,
 }
@@ -54,12 +55,17 @@ Format = Annotated[
     ExportFormat,
     Query(
         description="`jsonl`: one rollout per line; `atif`: a zip of ATIF trajectories, "
-        "`<experiment>/<arm>/<row>-<attempt>.json`; `inspect`: one arm's Inspect eval log"
+        "`<experiment>/<arm>/<row>-<attempt>.json`; `inspect`: Inspect eval logs"
     ),
 ]
 Arm = Annotated[
     str | None,
-    Query(max_length=64, description="With `format=inspect`: the arm (optional with one arm)"),
+    Query(
+        max_length=64,
+        description="Only this arm's rollouts (404 for an arm the experiment does not have); "
+        "without it, every arm's (with `format=inspect`: the only arm's log, or a zip of "
+        "every arm's)",
+    ),
 ]
 
 
@@ -78,15 +84,17 @@ async def export_experiment(
     infrastructure failure. `format=atif` and `format=inspect` give the same rollouts as
     Harbor's trajectories and as an Inspect log."""
     if format == "inspect":
-        log = await inspect_log.arm_log(res.sessions, tenant, experiment_id, arm)
-        name = f"{experiment_id}-{arm or 'arm'}.eval"
-        return Response(log, media_type=inspect_log.MEDIA_TYPE, headers=_attachment(name))
+        found = await inspect_log.inspect_export(res.sessions, tenant, experiment_id, arm)
+        headers = _attachment(found.filename)
+        return Response(found.content, media_type=found.media_type, headers=headers)
     if format == "atif":
-        chunks = await rollout_atif.open_experiment_atif(res.sessions, tenant, experiment_id)
+        chunks = await rollout_atif.open_experiment_atif(res.sessions, tenant, experiment_id, arm)
         return StreamingResponse(
             chunks, media_type=ZIP, headers=_attachment(f"{experiment_id}-atif.zip")
         )
-    lines = await rollout_export.open_experiment_export(res.sessions, tenant, experiment_id)
+    lines = await rollout_export.open_experiment_export(
+        res.sessions, tenant, experiment_id, arm=arm
+    )
     return _stream(lines)
 
 

@@ -596,10 +596,13 @@ def export(
         archive = api.call("GET", path, params={"format": "atif"}).content
         with zipfile.ZipFile(io.BytesIO(archive)) as files:
             files.extractall(folder)  # names the server made: `<experiment>/<arm>/<file>`
-            err_console.print(f"{len(files.namelist())} trajectories in {folder / experiment_id}")
+            typer.echo(
+                f"{len(files.namelist())} trajectories in {folder / experiment_id}", err=True
+            )
         return
     arms = [arm["name"] for arm in api.json("GET", f"/v1/experiments/{experiment_id}")["arms"]]
     for arm in arms:
         log = api.call("GET", path, params={"format": "inspect", "arm": arm}).content
         (folder / f"{experiment_id}-{arm}.eval").write_bytes(log)
-    err_console.print(f"{len(arms)} Inspect logs in {folder}: inspect view --log-dir {folder}")
+    # Unwrapped (not the rich console): the command is for pasting, paths may be long.
+    typer.echo(f"{len(arms)} Inspect logs in {folder}: inspect view --log-dir {folder}", err=True)

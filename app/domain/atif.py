@@ -30,9 +30,11 @@ def atif_trajectory(
     steps: Sequence[Mapping[str, Any]],
     *,
     agent_version: str,
+    worker_attempt: int,
 ) -> dict[str, Any]:
     """The ATIF trajectory of one rollout: `line` from the export, `steps` the stored rows'
-    columns (`started_at`, `llm_ms`, `prompt_tokens`, `completion_tokens`) in step order."""
+    columns (`started_at`, `llm_ms`, `prompt_tokens`, `completion_tokens`) in step order, of
+    the task's `worker_attempt`."""
     model = line.get("model")
     agent: dict[str, Any] = {"name": AGENT_NAME, "version": agent_version}
     if model:
@@ -53,20 +55,23 @@ def atif_trajectory(
             "total_steps": len(out_steps),
         },
         "extra": {
-            key: line.get(key)
-            for key in (
-                "task_id",
-                "experiment_id",
-                "row_id",
-                "arm",
-                "attempt",
-                "status",
-                "finish_reason",
-                "error",
-                "infrastructure_failure",
-                "answer",
-                "reward",
-            )
+            "worker_attempt": worker_attempt,
+            **{
+                key: line.get(key)
+                for key in (
+                    "task_id",
+                    "experiment_id",
+                    "row_id",
+                    "arm",
+                    "attempt",
+                    "status",
+                    "finish_reason",
+                    "error",
+                    "infrastructure_failure",
+                    "answer",
+                    "reward",
+                )
+            },
         },
     }
 

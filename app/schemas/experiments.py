@@ -179,7 +179,8 @@ class ArmProgress(WireModel):
     """Ended in an error (an agent, infrastructure or scorer error)."""
     not_scored: int = 0
     """Of `error`, those the service or the scorer failed (infrastructure or scorer errors):
-    they have no score at all, where an agent error scores 0 (`coverage` of the results)."""
+    they have no score at all, where an agent error scores 0 (`coverage` of the results).
+    A part of `error`, not a status of its own: the statuses add up to the items without it."""
     cancelled: int = 0
     """Cancelled before they ended."""
 

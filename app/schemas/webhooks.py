@@ -105,7 +105,7 @@ class DeliveryOut(WireModel):
     next_attempt_at: datetime | None
     """While pending: when it is next sent."""
     created_at: datetime
-    """When the event happened."""
+    """When the event happened (for a redelivery: when it was asked for)."""
     delivered_at: datetime | None = None
     """When a 2xx came."""
 

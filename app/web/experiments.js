@@ -533,7 +533,8 @@
         ["Name", "Status", "Arms", "Rows", "Done", "Created"],
         experiments.map((exp) => {
           const counts = Object.values(exp.progress || {});
-          const total = counts.reduce((s, p) => s + Object.values(p).reduce((a, b) => a + b, 0), 0);
+          // `not_scored` is a part of `error`, not a status of its own: not counted twice.
+          const total = counts.reduce((s, { not_scored: _, ...p }) => s + Object.values(p).reduce((a, b) => a + b, 0), 0);
           const done = counts.reduce((s, p) => s + (p.scored || 0) + (p.error || 0) + (p.cancelled || 0), 0);
           return el(
             "tr",

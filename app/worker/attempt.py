@@ -8,6 +8,7 @@ escaping into the pool's TaskGroup would cancel sibling attempts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import asdict
 from datetime import timedelta
@@ -80,6 +81,8 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
         return End.done
     finally:
         expiring.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiring  # never left writing while the attempt ends
     if running.reason is StopReason.lease_lost:
         log.warning("attempt %d of %s lost its lease; stopped", started.attempt, started.task_id)
         return End.stale

@@ -23,5 +23,7 @@ async def test_every_documented_path_answers_405_with_all_of_its_methods(
             assert_error(answer, 405, "method_not_allowed")
             allowed = set(answer.headers["allow"].replace(" ", "").split(","))
             assert allowed == {m.upper() for m in operations}, path
+        nested = await client.request("PATCH", "/v1/tasks/x1/files/a/b/c.txt")  # `anypath`
+        assert nested.headers["allow"] == "GET, PUT"
     shared = {path for path, operations in paths.items() if len(operations) > 1}
     assert {"/v1/tasks", "/v1/experiments", "/v1/webhooks"} <= shared

@@ -95,5 +95,19 @@ def test_the_server_makes_secrets_of_the_standard_form() -> None:
 
 def test_a_secret_of_the_older_form_says_to_rotate_it() -> None:
     headers = signature_headers((STANDARD,), "evt_1", BODY, int(time.time()))
+    alone = {k: v for k, v in headers.items() if k != "Sandhive-Signature"}
     with pytest.raises(WebhookVerificationError, match="rotate it"):
-        verify_webhook(SECRET, headers, BODY)
+        verify_webhook(SECRET, alone, BODY)
+    with pytest.raises(WebhookVerificationError, match="does not match"):
+        verify_webhook(SECRET, headers, BODY)  # the old header, not signed with it
+
+
+def test_the_first_rotation_from_an_older_secret_verifies_on_either_during_the_overlap() -> None:
+    """A subscription made before Standard Webhooks, rotated with an overlap: deliveries
+    carry the standard signature (the new secret only: the old one has no standard key)
+    and the old header with both. A receiver on either secret accepts them."""
+    now = int(time.time())
+    headers = signature_headers((STANDARD, SECRET), "evt_1", BODY, now)
+    assert len(headers["webhook-signature"].split()) == 1
+    assert verify_webhook(STANDARD, headers, BODY) == now
+    assert verify_webhook(SECRET, headers, BODY) == now

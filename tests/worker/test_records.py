@@ -179,6 +179,19 @@ async def check_atif(api: httpx.AsyncClient, exp_id: str) -> None:
     broken_one["steps"][0]["step_id"] = 7  # Harbor's models do refuse what is wrong
     assert atif_problems([broken_one])[0] is not None
 
+    one_arm = await api.get(f"/v1/experiments/{exp_id}/export?format=atif&arm=good")
+    with zipfile.ZipFile(io.BytesIO(one_arm.content)) as folder:
+        assert {name.split("/")[1] for name in folder.namelist()} == {"good"}
+    good_lines = await jsonl(api, f"/v1/experiments/{exp_id}/export?arm=good")
+    assert {line["arm"] for line in good_lines} == {"good"}
+    assert len(good_lines) == 4
+    for fmt in ("jsonl", "atif", "inspect"):
+        missing = await api.get(f"/v1/experiments/{exp_id}/export?format={fmt}&arm=nope")
+        assert_error(missing, 404, "not_found")
+    task_id = next(t for t, line in lines.items() if line["arm"] == "good")
+    first = await api.get(f"/v1/tasks/{task_id}/trajectory?format=atif&attempt=1")
+    assert first.json()["extra"]["worker_attempt"] == 1
+
     other_task = next(iter(lines))
     for path in (
         f"/v1/tasks/{other_task}/trajectory?format=atif",
@@ -227,13 +240,20 @@ async def check_inspect(api: httpx.AsyncClient, exp_id: str, tmp_path: Path) -> 
         assert sample.error is not None
         assert sample.error.message.startswith("not scored: error (infrastructure)")
     assert broken.results is not None
-    assert (broken.results.scores[0].scored_samples, broken.results.scores[0].unscored_samples) == (
-        0,
-        4,
-    )
+    (score,) = broken.results.scores
+    assert (score.scored_samples, score.unscored_samples) == (0, 4)
+    assert score.metrics == {}, "no mean of nothing (a 0 would read as a score)"
 
-    assert_error(await api.get(url), 422, "invalid_input")  # two arms: which one?
-    assert_error(await api.get(f"{url}&arm=nope"), 422, "invalid_input")
+    both = await api.get(url)  # no arm, two arms: a zip of both logs
+    assert both.status_code == 200, both.text
+    assert both.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(both.content)) as folder:
+        assert sorted(folder.namelist()) == [f"{exp_id}-broken.eval", f"{exp_id}-good.eval"]
+        folder.extractall(tmp_path / "both")
+    again = read_eval_log(str(tmp_path / "both" / f"{exp_id}-good.eval"))
+    assert again.samples is not None
+    assert len(again.samples) == 4
+    assert_error(await api.get(f"{url}&arm=nope"), 404, "not_found")
     assert_error(await api.get(f"{url}&arm=good", headers=BOB), 404, "not_found")
 
 

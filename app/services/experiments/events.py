@@ -273,6 +273,6 @@ class _Wakeups:
 
 async def _close_quietly(pubsub: PubSub) -> None:
     try:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pubsub.aclose()
     except (RedisError, OSError) as exc:
         log.debug("closing a pub/sub connection: %r", exc)

@@ -27,21 +27,28 @@ async def task_atif(
 ) -> dict[str, Any]:
     """The tenant's task (its latest worker attempt, or `attempt`) as an ATIF trajectory."""
     record = await task_record(sessions, tenant, task_id, attempt=attempt, with_prompt=True)
-    return record_atif(record)
+    return record_atif(record, attempt)
 
 
-def record_atif(record: Record) -> dict[str, Any]:
+def record_atif(record: Record, attempt: int | None = None) -> dict[str, Any]:
+    """`attempt`: the worker attempt whose steps `record` holds (None: the latest)."""
     return atif_trajectory(
-        rollout_line(record), record.task.prompt, record.steps, agent_version=__version__
+        rollout_line(record),
+        record.task.prompt,
+        record.steps,
+        agent_version=__version__,
+        worker_attempt=record.task.attempt if attempt is None else attempt,
     )
 
 
 async def open_experiment_atif(
-    sessions: Sessions, tenant: str, experiment_id: str
+    sessions: Sessions, tenant: str, experiment_id: str, arm: str | None = None
 ) -> AsyncIterator[bytes]:
-    """The experiment as a zip: `<experiment>/<arm>/<row>-<attempt>.json` per started item
-    (NotFound before the first byte for another tenant's)."""
-    records = await open_experiment_records(sessions, tenant, experiment_id, with_prompt=True)
+    """The experiment (or one arm of it) as a zip: `<experiment>/<arm>/<row>-<attempt>.json`
+    per started item (NotFound before the first byte for another tenant's)."""
+    records = await open_experiment_records(
+        sessions, tenant, experiment_id, arm=arm, with_prompt=True
+    )
     return _zipped(experiment_id, records)
 
 

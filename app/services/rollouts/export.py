@@ -138,11 +138,16 @@ async def task_record(
 
 
 async def open_experiment_export(
-    sessions: Sessions, tenant: str, experiment_id: str, *, page: int = EXPORT_PAGE
+    sessions: Sessions,
+    tenant: str,
+    experiment_id: str,
+    *,
+    arm: str | None = None,
+    page: int = EXPORT_PAGE,
 ) -> AsyncIterator[str]:
-    """A line per started item of the tenant's experiment, in start order, read `page`
-    items at a time."""
-    records = await open_experiment_records(sessions, tenant, experiment_id, page=page)
+    """A line per started item of the tenant's experiment (of one arm, if given), in start
+    order, read `page` items at a time."""
+    records = await open_experiment_records(sessions, tenant, experiment_id, arm=arm, page=page)
     return (jsonl_line(rollout_line(record)) async for record in records)
 
 
@@ -156,9 +161,13 @@ async def open_experiment_records(
     with_prompt: bool = False,
 ) -> AsyncIterator[Record]:
     """A record per started item of the tenant's experiment (of one arm, if given), in
-    start order, read `page` items at a time (NotFound before the first for another's)."""
+    start order, read `page` items at a time (NotFound before the first for another's, or
+    for an arm it does not have)."""
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
+    names = [a["name"] for a in exp.spec["arms"]]
+    if arm is not None and arm not in names:
+        raise NotFound(f"experiment {exp.id} has no arm {arm!r} (its arms: {', '.join(names)})")
     return _experiment_records(sessions, exp.id, page, arm, with_prompt)
 
 

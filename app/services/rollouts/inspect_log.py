@@ -15,9 +15,12 @@ to a temporary file, whose bytes are returned.
 
 from __future__ import annotations
 
+import io
 import json
 import tempfile
+import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,7 @@ from sqlalchemy import select
 
 from app.db import models
 from app.db.engine import Sessions
-from app.errors import InvalidInput, NotInstalled
+from app.errors import NotFound, NotInstalled
 from app.services.experiments.rows import ROW_VALUE, with_rows
 from app.services.experiments.service import find_experiment
 from app.services.rollouts.export import Record, open_experiment_records, rollout_line
@@ -35,11 +38,24 @@ if TYPE_CHECKING:
 
 Item = models.ExperimentItem
 MEDIA_TYPE = "application/octet-stream"
+ZIP = "application/zip"
 EXTRA = "sandhive[inspect]"
 
 
-async def arm_log(sessions: Sessions, tenant: str, experiment_id: str, arm: str | None) -> bytes:
-    """The `.eval` log of `arm` (which may be left out when the experiment has one)."""
+@dataclass(frozen=True)
+class Exported:
+    """What the export answers: a log, or a zip of one log per arm."""
+
+    content: bytes
+    media_type: str
+    filename: str
+
+
+async def inspect_export(
+    sessions: Sessions, tenant: str, experiment_id: str, arm: str | None
+) -> Exported:
+    """`arm`'s `.eval` log; without `arm`, the only arm's, or a zip of every arm's
+    (`<experiment>-<arm>.eval`). An arm the experiment does not have is a 404."""
     try:
         from inspect_ai.log import write_eval_log_async  # noqa: F401 (checked first)
     except ImportError as error:
@@ -49,17 +65,24 @@ async def arm_log(sessions: Sessions, tenant: str, experiment_id: str, arm: str 
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
     names = [a["name"] for a in exp.spec["arms"]]
-    if arm is None and len(names) == 1:
-        arm = names[0]
-    if arm is None:
-        raise InvalidInput(f"an Inspect log holds one arm: add `arm=` (one of {', '.join(names)})")
-    if arm not in names:
-        raise InvalidInput(f"`arm` must name one of the experiment's arms: {', '.join(names)}")
-    records = await open_experiment_records(
-        sessions, tenant, experiment_id, arm=arm, with_prompt=True
-    )
+    if arm is not None and arm not in names:
+        raise NotFound(f"experiment {exp.id} has no arm {arm!r} (its arms: {', '.join(names)})")
+    chosen = [arm] if arm is not None else names
+    logs = {name: await _arm_log(sessions, tenant, exp, name) for name in chosen}
+    if len(logs) == 1:
+        ((name, log),) = logs.items()
+        return Exported(log, MEDIA_TYPE, f"{exp.id}-{name}.eval")
+    folder = io.BytesIO()
+    with zipfile.ZipFile(folder, "w") as archive:  # .eval logs are zips already: stored
+        for name, log in logs.items():
+            archive.writestr(f"{exp.id}-{name}.eval", log)
+    return Exported(folder.getvalue(), ZIP, f"{exp.id}-inspect.zip")
+
+
+async def _arm_log(sessions: Sessions, tenant: str, exp: models.Experiment, arm: str) -> bytes:
+    records = await open_experiment_records(sessions, tenant, exp.id, arm=arm, with_prompt=True)
     collected = [record async for record in records]
-    targets = await _targets(sessions, experiment_id, arm)
+    targets = await _targets(sessions, exp.id, arm)
     return await _write(exp, arm, collected, targets)
 
 
@@ -90,10 +113,15 @@ async def _write(
     )
 
     scorer = str(exp.spec.get("scorer", {}).get("kind", "score"))
-    samples = [_sample(record, targets.get(record.task.id), scorer) for record in records]
-    scored = [rollout_line(r)["reward"] for r in records]
-    scored = [float(v) for v in scored if v is not None]
-    models_seen = sorted({str(rollout_line(r)["model"] or "") for r in records} - {""})
+    lines = [rollout_line(record) for record in records]  # each once: a rebuild is costly
+    samples = [
+        _sample(record, line, targets.get(record.task.id), scorer)
+        for record, line in zip(records, lines, strict=True)
+    ]
+    scored = [float(line["reward"]) for line in lines if line["reward"] is not None]
+    models_seen = sorted({str(line["model"] or "") for line in lines} - {""})
+    # No mean of nothing: an arm with no scored sample has no metric, not a 0.
+    metrics = {"mean": EvalMetric(name="mean", value=sum(scored) / len(scored))} if scored else {}
     log = EvalLog(
         status="success" if exp.status == "finished" else "started",
         eval=EvalSpec(
@@ -118,12 +146,7 @@ async def _write(
                     scorer=scorer,
                     scored_samples=len(scored),
                     unscored_samples=len(samples) - len(scored),
-                    metrics={
-                        "mean": EvalMetric(
-                            name="mean",
-                            value=sum(scored) / len(scored) if scored else 0.0,
-                        )
-                    },
+                    metrics=metrics,
                 )
             ],
         ),
@@ -139,12 +162,12 @@ async def _write(
         return path.read_bytes()
 
 
-def _sample(record: Record, truth: Any, scorer: str) -> EvalSample:
+def _sample(record: Record, line: Mapping[str, Any], truth: Any, scorer: str) -> EvalSample:
+    """One item as a sample; `line`: its rollout line (`export.rollout_line`)."""
     from inspect_ai._util.error import EvalError
     from inspect_ai.log import EvalSample
     from inspect_ai.scorer import Score
 
-    line = rollout_line(record)
     item = record.placed[0] if record.placed else None
     reward = line["reward"]
     scores = None

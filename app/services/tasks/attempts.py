@@ -29,6 +29,7 @@ from app.schemas.tasks import EventOut, StepOut, storable
 from app.services.events import record_event, record_events
 from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
 from app.services.tasks.notify import task_changed
+from app.services.webhooks import service as webhooks
 from app.specs import TaskSpec, read_spec
 from app.states import FinishReason, TaskStatus, is_terminal, timeout_error
 
@@ -116,6 +117,13 @@ async def task_expiring(
     """`task.expiring` for the attempt that runs the task now, while it still runs; False
     when it ended or another attempt took it meanwhile (nothing is sent)."""
     async with sessions.begin() as session:
+        found = (
+            await session.execute(
+                select(models.Task.tenant_id, models.Task.spec).where(models.Task.id == task_id)
+            )
+        ).first()
+        if found is None or not await _listened(session, found.tenant_id, found.spec):
+            return False  # nobody listens: no lock taken
         task = await session.scalar(
             select(models.Task).where(models.Task.id == task_id).with_for_update()
         )
@@ -123,6 +131,15 @@ async def task_expiring(
             return False
         await task_changed(session, task, "task.expiring", expires_at=expires_at)
         return True
+
+
+async def _listened(session: AsyncSession, tenant: str, spec: dict[str, Any]) -> bool:
+    """Whether a subscription of the tenant, or the task's own webhook, wants
+    `task.expiring`."""
+    own = read_spec(spec).webhook
+    if own is not None and "task.expiring" in own.events:
+        return True
+    return await webhooks.wanted(session, tenant, "task.expiring")
 
 
 def _ending_before_start(task: models.Task, max_attempts: int, used_s: float) -> TaskEnd | None:

@@ -128,11 +128,7 @@ def _out(sub: models.WebhookSubscription) -> WebhookOut:
             "events": sub.events,
             "created_at": sub.created_at,
             "rotated_at": sub.rotated_at,
-            "previous_secret_until": (
-                sub.previous_until
-                if sub.previous_until and sub.previous_until > utc_now()
-                else None
-            ),
+            "previous_secret_until": _still(sub.previous_until),
         }
     )
 

@@ -51,10 +51,21 @@ def verify_webhook(
     current = time.time() if now is None else now
     if isinstance(header, Mapping):
         headers = {name.lower(): value for name, value in header.items()}
-        if "webhook-signature" in headers:
+        deprecated = headers.get(SIGNATURE_HEADER.lower())
+        if "webhook-signature" in headers and (_standard_key(secret) or deprecated is None):
             return _standard(secret, headers, raw, tolerance_s, current)
-        header = headers.get(SIGNATURE_HEADER.lower())
+        # A secret of the older form (a subscription made before Standard Webhooks, during
+        # the overlap of its first rotation) is checked against the header it signs.
+        header = deprecated
     return _deprecated(secret, header, raw, tolerance_s, current)
+
+
+def _standard_key(secret: str) -> bytes | None:
+    """The HMAC key of a Standard Webhooks secret; None for one of the older form."""
+    try:
+        return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _standard(
@@ -64,13 +75,12 @@ def _standard(
     if not message_id or not stamp:
         raise WebhookVerificationError("webhook-signature needs webhook-id and webhook-timestamp")
     timestamp = _stamp(stamp, now, tolerance_s)
-    try:
-        key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
-    except (binascii.Error, ValueError):
+    key = _standard_key(secret)
+    if key is None:
         raise WebhookVerificationError(
             "this secret predates Standard Webhooks secrets: rotate it "
             "(POST /v1/webhooks/{id}/rotate), or verify the Sandhive-Signature header"
-        ) from None
+        )
     mac = hmac.new(key, f"{message_id}.{timestamp}.".encode() + raw, hashlib.sha256)
     expected = base64.b64encode(mac.digest()).decode()
     candidates = [
