@@ -10,8 +10,9 @@ request they refuse on purpose for what a JSON Schema cannot say (a webhook URL 
 inside the network, a scorer option its kind does not take, a dataset file that is not
 JSONL). Elsewhere the document admits exactly what the server takes: optional parameters
 are never null, cursors and sandbox paths carry the server's patterns, every 405 names all
-its methods, every answer's media type is documented. The SSE route is left out (each
-call streams until the timeout); tests/security/test_auth_matrix.py covers it.
+its methods, every answer's media type is documented. The SSE routes are left out
+(`STREAMS`: each call streams until the timeout); tests/security/test_auth_matrix.py covers
+them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ ST = Path(sys.executable).with_name("st")
 MAX_EXAMPLES = os.environ.get("SANDHIVE_FUZZ_EXAMPLES", "30")
 SEED = os.environ.get("SANDHIVE_FUZZ_SEED", "20261130")
 OPEN_EPISODE = "create_episode_v1_episodes_post"
+STREAMS = ("/v1/tasks/{task_id}/events", "/v1/experiments/{experiment_id}/events")
+"""Left out: each call of a live stream lasts the whole request timeout (it ends when its
+task or experiment does). tests/security/test_auth_matrix.py and tests/api cover them."""
 EXCLUDED = os.environ.get("SANDHIVE_FUZZ_EXCLUDED", "")
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 """Where `positive_data_acceptance` is off, and why."""
@@ -69,8 +73,7 @@ def test_schemathesis_finds_no_server_error_and_every_error_is_in_shape(
             MAX_EXAMPLES,
             "--seed",
             SEED,
-            "--exclude-path",
-            "/v1/tasks/{task_id}/events",  # a stream: each call would last the whole timeout
+            *(arg for path in STREAMS for arg in ("--exclude-path", path)),
             "--exclude-operation-id",
             OPEN_EPISODE,  # 503 by design here: no worker runs to open one (tests/episodes)
             # One worker thread: CPython 3.11 keeps the AST constructor's recursion depth
@@ -107,7 +110,7 @@ def fuzzed_operations(api_url: str) -> int:
     return sum(
         1
         for path, operations in paths.items()
-        if path != "/v1/tasks/{task_id}/events"
+        if path not in STREAMS
         for method, operation in operations.items()
         if method in methods and operation.get("operationId") != OPEN_EPISODE
     )
