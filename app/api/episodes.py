@@ -5,11 +5,12 @@ Routes parse and call `services.episodes_calls`; the sandbox lives in a worker.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import Res, Tenant
+from app.api.query import known_query_only
 from app.schemas.episodes import (
     EpisodeCreate,
     EpisodeOpened,
@@ -22,6 +23,7 @@ from app.schemas.tasks import ErrorOut
 from app.services.episodes import calls as episodes_calls
 from app.services.episodes import reward as episodes_reward
 from app.services.episodes import service as episodes
+from app.services.episodes import trajectory as episode_trajectory_service
 
 router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
 
@@ -45,6 +47,24 @@ async def create_episode(
 @router.get("/{episode_id}", response_model=EpisodeOut, responses=_ERRORS)
 async def get_episode(episode_id: str, res: Res, tenant: Tenant) -> EpisodeOut:
     return episodes.out(await episodes.find(res.sessions, tenant, episode_id))
+
+
+@router.get(
+    "/{episode_id}/trajectory",
+    response_model=dict[str, Any],
+    responses=_ERRORS,
+    dependencies=[known_query_only()],
+)
+async def episode_trajectory(
+    episode_id: str,
+    res: Res,
+    tenant: Tenant,
+    format: Annotated[Literal["atif"], Query()] = "atif",
+) -> dict[str, Any]:
+    """The ended episode in Harbor's Agent Trajectory Interchange Format (ATIF v1.7): its
+    prompt, each model turn with its tool call and observation (docs/records.md). 409
+    while it is open: its steps are stored once, as it ends."""
+    return await episode_trajectory_service.episode_atif(res.sessions, tenant, episode_id)
 
 
 @router.post("/{episode_id}/step", response_model=EpisodeStepOut, responses=_ERRORS)

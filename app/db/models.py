@@ -296,6 +296,12 @@ class EpisodeRow(Base):
     """A deferred scorer's result (`llm_judge`, `python`), written once by the worker that
     held the episode (`services.episodes_reward.stored`); None for a built-in scorer,
     which the reward route runs itself, and while the worker still scores."""
+    trajectory: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSONB, nullable=True, deferred=True
+    )
+    """Its steps (thought, tool call, observation, timings), written once as it ends, so
+    a step of an open episode writes nothing more; None while open, and for an episode
+    whose worker was lost. Deferred: only the trajectory read loads it."""
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     ended_at: Mapped[datetime | None] = mapped_column(_TZ)

@@ -149,8 +149,10 @@ async def end(
     error_kind: str | None = None,
     answer: str | None = None,
     steps: int | None = None,
+    trajectory: list[dict[str, Any]] | None = None,
 ) -> bool:
-    """End an active episode; False when it had already ended (the first end stands)."""
+    """End an active episode; False when it had already ended (the first end stands).
+    `trajectory`: its steps as the worker holds them (`EpisodeRow.trajectory`)."""
     values: dict[str, Any] = {
         "status": status,
         "finish_reason": finish_reason,
@@ -162,6 +164,8 @@ async def end(
     }
     if steps is not None:
         values["steps"] = steps
+    if trajectory is not None:
+        values["trajectory"] = json_safe(trajectory)
     async with sessions.begin() as session:
         ended = await session.scalar(
             update(models.EpisodeRow)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext, suppress
 from typing import Any
 
 from redis.exceptions import RedisError
 
+from app.agent.types import Step
 from app.bus import episodes as bus
 from app.services.episodes import counts as episodes_counts
 from app.services.episodes import service as rows
@@ -199,6 +200,7 @@ class EpisodeServer:
                 error_kind=reply.get("error_kind"),
                 answer=answer,
                 steps=len(episode.outcome.steps),
+                trajectory=stored_steps(episode.outcome.steps),
             )
             self.live.pop(episode.id, None)
             self.counts.pop(episode.id, None)
@@ -236,6 +238,7 @@ class EpisodeServer:
                 error_kind=error_kind,
                 answer=episode.answer(self.ctx.settings.answer_max_bytes),
                 steps=len(episode.outcome.steps),
+                trajectory=stored_steps(episode.outcome.steps),
             )
 
     async def _pause(self, seconds: float) -> None:
@@ -255,3 +258,29 @@ class EpisodeServer:
             if now - episode.last_active > idle_s and not episode.lock.locked():
                 log.info("episode %s idle for %.0f s: closed", episode.id, idle_s)
                 await self._close(episode, "closed", "idle", None)
+
+
+def stored_steps(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """An episode's steps as `EpisodeRow.trajectory` keeps them: the columns a task's
+    `steps` rows have (the trainer's model turns are its own: their text, not their ids)."""
+    return [
+        {
+            "index": step.index,
+            "started_at": step.started_at.isoformat(),
+            "thought": step.thought,
+            "reasoning": step.reasoning,
+            "action": (
+                {"tool": step.action.tool, "arguments": step.action.arguments}
+                if step.action is not None
+                else None
+            ),
+            "observation": step.observation,
+            "exit_code": step.exit_code,
+            "llm_ms": step.llm_ms,
+            "tool_ms": step.tool_ms,
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "interrupted": step.interrupted,
+        }
+        for step in steps
+    ]
