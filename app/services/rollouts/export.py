@@ -165,10 +165,18 @@ async def open_experiment_records(
     for an arm it does not have)."""
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-    names = [a["name"] for a in exp.spec["arms"]]
-    if arm is not None and arm not in names:
-        raise NotFound(f"experiment {exp.id} has no arm {arm!r} (its arms: {', '.join(names)})")
+    arms_of(exp, arm)
     return _experiment_records(sessions, exp.id, page, arm, with_prompt)
+
+
+def arms_of(exp: models.Experiment, arm: str | None) -> list[str]:
+    """The experiment's arm names, or `[arm]`; NotFound for an arm it does not have."""
+    names = [a["name"] for a in exp.spec["arms"]]
+    if arm is None:
+        return names
+    if arm not in names:
+        raise NotFound(f"experiment {exp.id} has no arm {arm!r} (its arms: {', '.join(names)})")
+    return [arm]
 
 
 async def _experiment_records(

@@ -28,10 +28,15 @@ from sqlalchemy import select
 
 from app.db import models
 from app.db.engine import Sessions
-from app.errors import NotFound, NotInstalled
+from app.errors import NotInstalled
 from app.services.experiments.rows import ROW_VALUE, with_rows
 from app.services.experiments.service import find_experiment
-from app.services.rollouts.export import Record, open_experiment_records, rollout_line
+from app.services.rollouts.export import (
+    Record,
+    arms_of,
+    open_experiment_records,
+    rollout_line,
+)
 
 if TYPE_CHECKING:
     from inspect_ai.log import EvalSample
@@ -64,11 +69,7 @@ async def inspect_export(
         ) from error
     async with sessions() as session:
         exp = await find_experiment(session, tenant, experiment_id)
-    names = [a["name"] for a in exp.spec["arms"]]
-    if arm is not None and arm not in names:
-        raise NotFound(f"experiment {exp.id} has no arm {arm!r} (its arms: {', '.join(names)})")
-    chosen = [arm] if arm is not None else names
-    logs = {name: await _arm_log(sessions, tenant, exp, name) for name in chosen}
+    logs = {name: await _arm_log(sessions, tenant, exp, name) for name in arms_of(exp, arm)}
     if len(logs) == 1:
         ((name, log),) = logs.items()
         return Exported(log, MEDIA_TYPE, f"{exp.id}-{name}.eval")

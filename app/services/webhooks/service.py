@@ -213,8 +213,8 @@ async def enqueue(
     )
     for subscription_id, url in targets:
         session.add(
-            Delivery(
-                id=_id("whd"),
+            _pending(
+                now,
                 event_id=event_id,
                 event_type=event_type,
                 tenant_id=tenant,
@@ -223,14 +223,22 @@ async def enqueue(
                 task_id=task_id,
                 experiment_id=experiment_id,
                 body=body,
-                status="pending",
-                attempts=0,
-                log=[],
-                next_attempt_at=now,
-                created_at=now,
             )
         )
     return len(targets)
+
+
+def _pending(now: datetime, **event: Any) -> models.WebhookDelivery:
+    """A new delivery of `event` (its id, type, body and where it goes), due at once."""
+    return Delivery(
+        id=_id("whd"),
+        status="pending",
+        attempts=0,
+        log=[],
+        next_attempt_at=now,
+        created_at=now,
+        **event,
+    )
 
 
 async def task_deliveries(sessions: Sessions, tenant: str, task_id: str) -> DeliveryList:
@@ -293,9 +301,8 @@ async def redeliver(sessions: Sessions, tenant: str, delivery_id: str) -> Delive
             raise NotFound(f"delivery {delivery_id} not found")
         if await session.get(Sub, first.subscription_id) is None:
             raise Conflict(f"the webhook of delivery {delivery_id} was deleted")
-        now = await db_now(session)
-        again = Delivery(
-            id=_id("whd"),
+        again = _pending(
+            await db_now(session),
             event_id=first.event_id,
             event_type=first.event_type,
             tenant_id=tenant,
@@ -304,11 +311,6 @@ async def redeliver(sessions: Sessions, tenant: str, delivery_id: str) -> Delive
             task_id=first.task_id,
             experiment_id=first.experiment_id,
             body=first.body,
-            status="pending",
-            attempts=0,
-            log=[],
-            next_attempt_at=now,
-            created_at=now,
         )
         session.add(again)
     return delivery_out(again)
