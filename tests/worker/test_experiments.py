@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiodocker
 import httpx
 import pytest
 from sqlalchemy import func, select
@@ -381,7 +382,13 @@ async def test_an_item_whose_sandbox_is_killed_runs_again_in_a_new_one(
             task = (await client.get(f"/v1/tasks/{first}")).json()
             if task["status"] == "running" and task["usage"]["steps"] == 0:
                 for container in await docker.list_sandboxes({TASK_LABEL: first}):
-                    await docker.api().containers.container(container).kill()
+                    try:
+                        await docker.api().containers.container(container).kill()
+                    except aiodocker.exceptions.DockerError as error:
+                        # Created but not started yet (409): try again on the next poll.
+                        if error.status != 409:
+                            raise
+                        continue
                     killed.append(container)
             await asyncio.sleep(0.2)
     assert killed, "the item's sandbox never ran"
