@@ -514,6 +514,28 @@ class Settings(BaseSettings):
     with an infrastructure error (503); above the longest command timeout."""
     episode_idle_timeout_s: float = Field(default=600.0, gt=0)
     """An episode with no request for this long is closed and its sandbox removed."""
+    sandbox_slots: int = Field(default=16, ge=0, le=1024)
+    """Sandboxes (`/v1/sandboxes`) one worker holds at once, besides its task and episode
+    slots; 0: this worker makes none."""
+    tenant_max_sandboxes: int = Field(default=32, ge=1)
+    """Sandboxes one tenant may have starting or running at once (429 above)."""
+    sandbox_max_lifetime_s: int = Field(default=6 * 3600, ge=60)
+    """The longest a sandbox lives from its creation, however often its TTL is extended:
+    its container ends itself then even if every worker died (docs/sandboxes.md)."""
+    sandbox_allow_writable_rootfs: bool = False
+    """Let `POST /v1/sandboxes` ask for `read_only_rootfs: false` (422 otherwise): its writes
+    land in the container's layer on the Docker host's disk, unbounded by `disk_mb`; turn on
+    for harnesses that install packages or add users at run time (docs/sandboxes.md)."""
+    sandbox_create_timeout_s: float = Field(default=60.0, gt=0)
+    """How long `POST /v1/sandboxes` waits for a worker to start it (503 after)."""
+    sandbox_exec_timeout_s: float = Field(default=600.0, gt=0)
+    """A command's timeout when its request names none (the request may ask for longer)."""
+    sandbox_exec_max_output_bytes: int = Field(default=16 * 2**20, ge=2, le=256 * 2**20)
+    """Bytes of each of a command's stdout and stderr kept (the rest dropped, `*_truncated`)."""
+    sandbox_exec_max_stdin_bytes: int = Field(default=64 * 2**20, ge=0, le=512 * 2**20)
+    """Largest stdin a command request may carry (413 above); it travels through Redis."""
+    sandbox_files_max_bytes: int = Field(default=128 * 2**20, ge=1, le=512 * 2**20)
+    """Largest file `GET`/`PUT /v1/sandboxes/{id}/files` reads or writes (413 above)."""
     task_files_max_read_bytes: int = Field(default=10 * 2**20, ge=1)
     """Largest file `GET /v1/tasks/{id}/files/{path}` reads from a running sandbox (413 above)."""
     task_files_max_write_bytes: int = Field(default=10 * 2**20, ge=0, le=256 * 2**20)

@@ -29,3 +29,11 @@ def utc_now() -> datetime:
 
 def new_experiment_id() -> str:
     return f"exp_{_ulid()}"
+
+
+def new_sandbox_id() -> str:
+    return f"sbx_{_ulid()}"
+
+
+def new_command_id() -> str:
+    return f"cmd_{_ulid()}"

@@ -69,6 +69,22 @@ SANDBOX_START_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60),
     registry=REGISTRY,
 )
+SANDBOXES_LIVE = Gauge(
+    "sandhive_worker_api_sandboxes",
+    "Sandboxes of /v1/sandboxes this worker holds now.",
+    registry=REGISTRY,
+)
+SANDBOX_COMMANDS = Counter(
+    "sandhive_worker_api_sandbox_commands",
+    "Commands run in /v1/sandboxes sandboxes.",
+    registry=REGISTRY,
+)
+SANDBOX_COMMAND_SECONDS = Histogram(
+    "sandhive_worker_api_sandbox_command_seconds",
+    "One command in a /v1/sandboxes sandbox, as the worker ran it.",
+    buckets=(0.005, 0.01, 0.025, *_LATENCY),
+    registry=REGISTRY,
+)
 LIVE_EVENTS_DROPPED = Counter(
     "sandhive_live_events_dropped",
     "Live-only events that never reached followers, by reason (publish_failed: Redis refused"

@@ -26,6 +26,7 @@ from app.api import (
     ops,
     page,
     rollouts,
+    sandboxes,
     streaming,
     webhooks,
 )
@@ -42,6 +43,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     tasks.router,
     experiments.router,
     episodes.router,
+    sandboxes.router,
     artifacts.router,
     files.router,
     stream.router,

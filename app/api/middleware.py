@@ -48,6 +48,11 @@ def install(app: FastAPI, settings: Settings) -> None:
         multipart_max=settings.max_multipart_body_bytes,
         timeout_s=settings.request_body_timeout_s,
         files_max=settings.task_files_max_write_bytes,
+        sandbox_max=max(
+            settings.sandbox_files_max_bytes,
+            # stdin travels base64 in the JSON of a command
+            settings.sandbox_exec_max_stdin_bytes * 4 // 3 + settings.max_json_body_bytes,
+        ),
     )
     if settings.allowed_origins:
         app.add_middleware(
@@ -153,6 +158,7 @@ class BodyLimit:
         multipart_max: int,
         timeout_s: float,
         files_max: int | None = None,
+        sandbox_max: int | None = None,
     ) -> None:
         self.app = app
         self.json_max = json_max
@@ -160,6 +166,8 @@ class BodyLimit:
         self.timeout_s = timeout_s
         self.files_max = files_max
         """Cap of a `PUT /v1/tasks/{id}/files/{path}` body (a file for a running sandbox)."""
+        self.sandbox_max = sandbox_max
+        """Cap of a sandbox's command (its stdin) or file write (`/v1/sandboxes/{id}/…`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -170,6 +178,8 @@ class BodyLimit:
         limit = self.multipart_max if multipart else self.json_max
         if self.files_max is not None and _is_file_write(scope):
             limit = self.files_max
+        if self.sandbox_max is not None and _is_sandbox_upload(scope):
+            limit = self.sandbox_max
         declared = _content_length(headers)
         if declared is not None and declared > limit:  # refuse before reading a byte
             exc: HTTPException = BodyTooLarge(limit)
@@ -197,6 +207,14 @@ _FILE_WRITE = re.compile(r"/v1/tasks/[^/]+/files/")
 
 def _is_file_write(scope: Scope) -> bool:
     return scope.get("method") == "PUT" and _FILE_WRITE.match(scope.get("path", "")) is not None
+
+
+_SANDBOX_UPLOAD = re.compile(r"/v1/sandboxes/[^/]+/(exec|exec/stream|files)$")
+
+
+def _is_sandbox_upload(scope: Scope) -> bool:
+    method, path = scope.get("method"), scope.get("path", "")
+    return method in ("POST", "PUT") and _SANDBOX_UPLOAD.match(path) is not None
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -1,4 +1,5 @@
-"""Request/reply between the API and the worker holding a running task's sandbox, for its files.
+"""Request/reply between the API and the worker holding a sandbox: a running task's, for its
+files (`files`), or a caller's own (`sandboxes`).
 
 The pattern of `app.bus.episodes` (whose `answer` and `wait_reply` it reuses): the task's
 lease names its worker; the API pushes the request onto that worker's own list with a
@@ -39,9 +40,10 @@ log = logging.getLogger(__name__)
 ROOM_POLL_S = 0.05
 
 
-def requests_of(worker: str) -> str:
-    """The list of file requests for the tasks `worker` runs."""
-    return f"{keys.PREFIX}:files:worker:{worker}"
+def requests_of(worker: str, kind: str = "files") -> str:
+    """The list of `kind` requests for `worker`: `files` for the tasks it runs,
+    `sandboxes` for the sandboxes it holds (`app.worker.sandboxes`)."""
+    return f"{keys.PREFIX}:{kind}:worker:{worker}"
 
 
 @dataclass(frozen=True)
@@ -51,30 +53,34 @@ class Sent:
     worker: str
     reply: str
     body: str
+    queue: str
 
 
-async def send(redis: Redis, worker: str, request: dict[str, Any], *, timeout_s: float) -> Sent:
+async def send(
+    redis: Redis, worker: str, request: dict[str, Any], *, timeout_s: float, kind: str = "files"
+) -> Sent:
     """Push a request onto `worker`'s list; what to wait on (and to `abandon`).
 
     The request carries when the caller stops waiting: a worker that gets to it later
     drops it, so a write the API already answered 504 for does not land much later. The
     list expires with the last request's wait: nobody reads what a dead worker left.
     """
-    reply = f"{keys.PREFIX}:files:reply:{uuid.uuid4().hex}"
+    reply = f"{keys.PREFIX}:{kind}:reply:{uuid.uuid4().hex}"
     expires = await redis_now(redis) + timeout_s  # read by a worker on another host
     body = json.dumps({**request, "reply": reply, "expires": expires})
+    queue = requests_of(worker, kind)
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.rpush(requests_of(worker), body)
-        pipe.expire(requests_of(worker), max(1, math.ceil(timeout_s)))
+        pipe.rpush(queue, body)
+        pipe.expire(queue, max(1, math.ceil(timeout_s)))
         await pipe.execute()
-    return Sent(worker, reply, body)
+    return Sent(worker, reply, body, queue)
 
 
 async def abandon(redis: Redis, sent: Sent) -> None:
     """The caller stopped waiting (timeout, dead worker, client gone): take the request off
     the list if no worker took it yet, and drop whatever was answered."""
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.lrem(requests_of(sent.worker), 1, sent.body)
+        pipe.lrem(sent.queue, 1, sent.body)
         pipe.delete(sent.reply)
         await pipe.execute()
 
@@ -97,8 +103,10 @@ async def expired(redis: Redis, request: dict[str, Any]) -> bool:
     return isinstance(expires, int | float) and await redis_now(redis) > expires
 
 
-async def next_request(redis: Redis, worker: str, *, timeout_s: float) -> dict[str, Any] | None:
-    got: Any = await redis.blpop([requests_of(worker)], timeout=timeout_s)
+async def next_request(
+    redis: Redis, worker: str, *, timeout_s: float, kind: str = "files"
+) -> dict[str, Any] | None:
+    got: Any = await redis.blpop([requests_of(worker, kind)], timeout=timeout_s)
     if got is None:
         return None
     try:

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -305,6 +306,55 @@ class EpisodeRow(Base):
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     ended_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class SandboxRow(Base):
+    """A sandbox a caller drives itself (`/v1/sandboxes`): no agent loop, its container on
+    `worker` until `expires_at`, deleted, or its worker is lost."""
+
+    __tablename__ = "sandboxes"
+    __table_args__ = (
+        Index("ix_sandboxes_tenant_created", "tenant_id", "created_at"),
+        Index("ix_sandboxes_worker_status", "worker", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    """`starting` (asked of a worker), `running` or `ended`."""
+    worker: Mapped[str | None] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    """What was asked: image, limits, network, env (`schemas.sandboxes.SandboxCreate`)."""
+    sandbox_metadata: Mapped[dict[str, str]] = mapped_column("metadata", JSONB)
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    commands: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(_TZ)
+    ended_at: Mapped[datetime | None] = mapped_column(_TZ)
+
+
+class SandboxCommandRow(Base):
+    """One command run in a sandbox through the API: who ran what, how it ended (the audit
+    log). Written once the command ends; its output is the caller's, not kept."""
+
+    __tablename__ = "sandbox_commands"
+    __table_args__ = (Index("ix_sandbox_commands_sandbox_seq", "sandbox_id", "seq", unique=True),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    sandbox_id: Mapped[str] = mapped_column(
+        String(40), ForeignKey("sandboxes.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    argv: Mapped[list[str] | None] = mapped_column(JSONB)
+    command: Mapped[str | None] = mapped_column(Text)
+    user: Mapped[str | None] = mapped_column(String(64))
+    cwd: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    timed_out: Mapped[bool] = mapped_column(Boolean, default=False)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(_TZ)
 
 
 class WebhookSubscription(Base):

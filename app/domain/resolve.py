@@ -234,6 +234,16 @@ def _resolve_limits(limits: Limits, settings: Settings, problems: list[Problem])
     )
 
 
+def resolve_sandbox(box: SandboxRequest, settings: Settings, *, tenant: str) -> SandboxSpec:
+    """A sandbox request on its own (`/v1/sandboxes`), resolved as a task's is; 422 naming
+    every problem."""
+    problems: list[Problem] = []
+    spec = _resolve_sandbox(box, settings, problems, tenant)
+    if problems:
+        raise InvalidInput(_summary(problems), details=problems)
+    return spec
+
+
 def _resolve_sandbox(
     box: SandboxRequest, settings: Settings, problems: list[Problem], tenant: str | None
 ) -> SandboxSpec:

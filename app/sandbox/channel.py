@@ -108,6 +108,7 @@ class ExecChannel:
         timeout_s: float | None,
         on_output: OutputCallback | None,
         linger_s: float | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Run argv through the agent: same contract as `DockerSandbox.exec`."""
         request = {
@@ -117,6 +118,7 @@ class ExecChannel:
             "env": {**(env or {}), MARK: secrets.token_hex(12)},
             "stdin": stdin is not None,
             "linger": linger_s,
+            "user": user,
         }
         return await self._request(request, stdin or b"", timeout_s, on_output, session=False)
 

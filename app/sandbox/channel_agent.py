@@ -1,8 +1,8 @@
 """The in-sandbox end of the exec channel: runs commands sent as frames over stdin/stdout.
 
-Stdlib only, Python 3.7+: `app.sandbox.channel` reads this file's text and starts it
-inside the container with ONE `docker exec -i python3 -c <source>`, so it needs no
-file in the image and no writable path. Nothing in Sandhive imports it.
+Stdlib only, Python 3.7+ (3.9+ for a command's `user`): `app.sandbox.channel` reads this
+file's text and starts it inside the container with ONE `docker exec -i python3 -c <source>`,
+so it needs no file in the image and no writable path. Nothing in Sandhive imports it.
 
 Frames, both ways: 8-byte header (two big-endian uint32: JSON length, payload
 length), a JSON object, then the payload bytes.
@@ -179,9 +179,33 @@ def failed(rid: int, message: str) -> None:
     send({"id": rid, "exit": 126})
 
 
+def as_user(user: object, env: dict[str, str]) -> dict[str, Any]:
+    """Popen's arguments to run as `user` (a name or uid of the image's passwd), with its
+    HOME, USER and LOGNAME in `env`, as `docker exec --user` does; LookupError naming it."""
+    if not user:
+        return {}
+    import pwd
+
+    name = str(user)
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        raise LookupError(
+            f"unable to find user {name}: no matching entries in passwd file"
+        ) from None
+    env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
+    groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": groups}
+
+
 def run(rid: int, req: dict[str, Any], data: bytes) -> None:
     """Run one command to its end and report its exit code after all its output."""
     env = dict(BASE_ENV)
+    try:
+        ids = as_user(req.get("user"), env)
+    except LookupError as exc:
+        failed(rid, str(exc))
+        return
     env.update(req.get("env") or {})
     try:
         proc = subprocess.Popen(
@@ -192,6 +216,7 @@ def run(rid: int, req: dict[str, Any], data: bytes) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **ids,
         )
     except OSError as exc:
         failed(rid, str(exc))

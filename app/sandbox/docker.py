@@ -312,8 +312,10 @@ class DockerSandbox:
         timeout_s: float | None = None,
         on_output: OutputCallback | None = None,
         linger_s: float | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run argv to completion (or timeout_s), stdout and stderr kept apart."""
+        """Run argv to completion (or timeout_s), stdout and stderr kept apart; as `user`
+        of the image (name or uid) when given, else as the container's user (root)."""
         if not argv:
             raise ValueError("argv must not be empty")
         channel = await self._live_channel()
@@ -327,6 +329,7 @@ class DockerSandbox:
                     timeout_s=timeout_s,
                     on_output=on_output,
                     linger_s=linger_s,
+                    user=user,
                 )
         if linger_s is not None:
             argv = ["bash", "-c", LINGER_WRAPPER, "bash", str(linger_s), *argv]
@@ -337,6 +340,7 @@ class DockerSandbox:
                 stdin=stdin is not None,
                 environment={**(env or {}), EXEC_MARK: token},
                 workdir=workdir or self.config.workdir,
+                user=user or "",
             )
         out = OutputCapture(self.config.output_cap_bytes)
         err = OutputCapture(self.config.output_cap_bytes)

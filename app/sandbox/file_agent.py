@@ -25,6 +25,7 @@ from typing import Any
 
 NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 CHUNK = 64 * 1024
+OWNER_BITS = False
 
 
 class Refused(Exception):
@@ -124,7 +125,7 @@ def do_list(path: str, roots: list[str], cap: int) -> None:
 def open_final(path: str, roots: list[str], flags: int) -> int:
     root, parts = resolve(path, roots)
     if not parts:
-        raise Refused("not_file", f"{path} is a directory")
+        raise Refused("is_dir", f"{path} is a directory")
     fd = open_dir(root, parts[:-1])
     try:
         return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=fd)
@@ -136,8 +137,12 @@ def do_read(path: str, roots: list[str], cap: int) -> None:
     fd = open_final(path, roots, os.O_RDONLY | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise Refused("is_dir", f"{path} is a directory")
         if not stat.S_ISREG(info.st_mode):
             raise Refused("not_file", f"{path} is not a regular file ({kind_of(info.st_mode)})")
+        if not owner_may(info.st_mode, stat.S_IRUSR):
+            raise Refused("forbidden", f"{path}: Permission denied (its owner may not read it)")
         if info.st_size > cap:
             raise Refused("too_large", f"{path} has {info.st_size} bytes, over the {cap}-byte cap")
         emit({"size": info.st_size, "mtime": info.st_mtime})
@@ -158,7 +163,7 @@ def do_write(path: str, roots: list[str], cap: int) -> None:
         raise Refused("too_large", f"over the {cap}-byte cap")
     root, parts = resolve(path, roots)
     if not parts:
-        raise Refused("not_file", f"{path} is a directory")
+        raise Refused("is_dir", f"{path} is a directory")
     parent = open_dir(root, parts[:-1], create=True)
     name, temp = parts[-1], f".sandhive-put-{os.getpid()}"
     try:
@@ -166,9 +171,13 @@ def do_write(path: str, roots: list[str], cap: int) -> None:
         try:
             old = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if stat.S_ISDIR(old.st_mode):
-                raise Refused("not_file", f"{path} is a directory")
+                raise Refused("is_dir", f"{path} is a directory")
             if stat.S_ISREG(old.st_mode):
                 mode = stat.S_IMODE(old.st_mode)
+                if not owner_may(old.st_mode, stat.S_IWUSR):
+                    raise Refused(
+                        "forbidden", f"{path}: Permission denied (its owner may not write it)"
+                    )
         except FileNotFoundError:
             pass
         fd = os.open(
@@ -195,8 +204,17 @@ def do_write(path: str, roots: list[str], cap: int) -> None:
     emit({"size": len(data), "path": "/".join([root.rstrip("/"), *parts])})
 
 
+def owner_may(mode: int, bit: int) -> bool:
+    """With OWNER_BITS (a caller's own sandbox), root too is held to a file's owner bits:
+    a file `chmod -w` is not overwritten, one `chmod -r` not read, as a harness expects of
+    root in a container (Inspect's conformance checks); a task's requests are not."""
+    return not OWNER_BITS or bool(mode & bit)
+
+
 def main() -> None:
+    global OWNER_BITS
     op, path, roots, cap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+    OWNER_BITS = sys.argv[5:6] == ["owner-bits"]
     try:
         {"list": do_list, "read": do_read, "write": do_write}[op](path, roots, cap)
     except Refused as refused:

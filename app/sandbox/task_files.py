@@ -48,10 +48,14 @@ def in_sandbox(box: DockerSandbox, path: str) -> str:
     return path if path.startswith("/") else posixpath.join(box.config.workdir, path)
 
 
-async def list_dir(box: DockerSandbox, path: str, *, max_entries: int, timeout_s: float) -> Header:
-    """The sandbox's listing of `path` (unvalidated: the caller checks its shape)."""
+async def list_dir(
+    box: DockerSandbox, path: str, *, max_entries: int, timeout_s: float, anywhere: bool = False
+) -> Header:
+    """The sandbox's listing of `path` (unvalidated: the caller checks its shape).
+    `anywhere`: any path of the sandbox's (a caller's own sandbox), not only the writable
+    area of a task's."""
     reader = _Reader(None, None, max_header=HEADER_BYTES + max_entries * ENTRY_BYTES)
-    await _run(box, "list", path, max_entries, None, reader, timeout_s)
+    await _run(box, "list", path, max_entries, None, reader, timeout_s, anywhere)
     return reader.result()
 
 
@@ -63,23 +67,30 @@ async def read_file(
     timeout_s: float,
     on_header: OnHeader,
     on_chunk: OnChunk,
+    anywhere: bool = False,
 ) -> int:
     """Stream the file: `on_header` ({size, mtime}) once, then `on_chunk` as bytes come.
 
     Returns the bytes forwarded; FileRefused before `on_header` when the sandbox refused.
     """
     reader = _Reader(on_header, on_chunk, budget=max_bytes)
-    await _run(box, "read", path, max_bytes, None, reader, timeout_s)
+    await _run(box, "read", path, max_bytes, None, reader, timeout_s, anywhere)
     reader.result()
     return reader.sent
 
 
 async def write_file(
-    box: DockerSandbox, path: str, content: bytes, *, max_bytes: int, timeout_s: float
+    box: DockerSandbox,
+    path: str,
+    content: bytes,
+    *,
+    max_bytes: int,
+    timeout_s: float,
+    anywhere: bool = False,
 ) -> Header:
     """Write `content` at `path` (parents made, replaced atomically); the sandbox's answer."""
     reader = _Reader(None, None)
-    await _run(box, "write", path, max_bytes, content, reader, timeout_s)
+    await _run(box, "write", path, max_bytes, content, reader, timeout_s, anywhere)
     return reader.result()
 
 
@@ -91,11 +102,16 @@ async def _run(
     stdin: bytes | None,
     reader: _Reader,
     timeout_s: float,
+    anywhere: bool,
 ) -> None:
-    roots = json.dumps(writable_roots(box))
+    # Anywhere: the whole filesystem as the sandbox sees it, its root's reads and writes held
+    # to the file's owner bits (`file_agent.owner_may`), as a harness's own sandbox expects.
+    roots = json.dumps(["/"] if anywhere else writable_roots(box))
     # -I: no user site, no PYTHON* variables, no script dir on sys.path; a usercustomize or
     # .pth the agent planted under its writable /root must not run in every file request.
     argv = ["python3", "-I", "-c", AGENT_SOURCE, op, in_sandbox(box, path), roots, str(cap)]
+    if anywhere:
+        argv.append("owner-bits")
     done = await box.exec(
         argv, workdir="/", stdin=stdin, timeout_s=timeout_s, on_output=reader.feed
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
 from app.sandbox.python_scorer.score import SCORER_LABEL
+from app.sandbox.policy import SANDBOX_LABEL, WRITABLE_LABEL
 from app.sandbox.reaper import (
     ATTEMPT_LABEL,
     CREATED_LABEL,
@@ -46,7 +47,8 @@ def audit(info: dict[str, Any]) -> list[str]:
         *_network(hc),
         *_mounts(hc, info.get("Mounts") or []),
     ]
-    if hc.get("ReadonlyRootfs") is not True:
+    labels = config.get("Labels") or {}
+    if hc.get("ReadonlyRootfs") is not True and not _writable_by_choice(labels):
         problems.append("the image filesystem is writable")
     if hc.get("Init") is not True:
         problems.append("no init process")
@@ -54,7 +56,13 @@ def audit(info: dict[str, Any]) -> list[str]:
         problems.append(f"restart policy {hc.get('RestartPolicy')}")
     if (hc.get("LogConfig") or {}).get("Type") not in ("none", "local"):
         problems.append(f"log driver {(hc.get('LogConfig') or {}).get('Type')!r} does not rotate")
-    return problems + _labels(config.get("Labels") or {})
+    return problems + _labels(labels)
+
+
+def _writable_by_choice(labels: dict[str, str]) -> bool:
+    """A `/v1/sandboxes` sandbox whose caller asked for a writable image filesystem, on a
+    server whose operator allows it (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS): labelled so."""
+    return bool(labels.get(SANDBOX_LABEL)) and labels.get(WRITABLE_LABEL) == "1"
 
 
 def _labels(labels: dict[str, str]) -> list[str]:
@@ -76,6 +84,8 @@ def _labels(labels: dict[str, str]) -> list[str]:
     elif labels.get(SCORER_LABEL) == "python":  # one answer's scorer: no task, its own deadline
         required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
     elif labels.get("sandhive.episode"):  # an RL episode's (app.worker.episodes.live): no task
+        required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
+    elif labels.get(SANDBOX_LABEL):  # a caller's own (app.worker.sandboxes): no task
         required = (INSTANCE_LABEL, WORKER_LABEL, CREATED_LABEL)
     else:
         required = (INSTANCE_LABEL, TASK_LABEL, ATTEMPT_LABEL, WORKER_LABEL, CREATED_LABEL)

@@ -49,6 +49,7 @@ _UNUSABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
 _REFUSALS: dict[str, type[AppError]] = {
     "outside": InvalidInput,
     "not_file": InvalidInput,
+    "is_dir": InvalidInput,
     "not_dir": InvalidInput,
     "missing": NotFound,
     "too_large": TooLarge,
@@ -178,7 +179,7 @@ def _request(held: Holder, op: str, path: str) -> dict[str, Any]:
     return {"op": op, "task_id": held.task_id, "attempt": held.attempt, "path": path}
 
 
-def _wait(settings: Settings) -> dict[str, float]:
+def _wait(settings: Settings) -> dict[str, Any]:
     return {"timeout_s": settings.task_files_timeout_s}
 
 

@@ -7,21 +7,30 @@ with Sandhive("http://127.0.0.1:8000", api_key="sk_...") as sandhive:
     for event in sandhive.tasks.stream(task.id):
         print(event.seq, event.type)
     print(sandhive.tasks.wait(task.id).answer)
+
+    with sandhive.sandboxes.create(ttl_s=300) as sandbox:   # deleted at the end
+        print(sandbox.exec(["python3", "-c", "print(6 * 7)"]).stdout_text)
 """
 
 from sandhive_client._http import Retries
 from sandhive_client._version import __version__
-from sandhive_client.aio import AsyncSandhive
-from sandhive_client.client import Sandhive
+from sandhive_client.aio import AsyncSandbox, AsyncSandhive
+from sandhive_client.client import Sandbox, Sandhive
 from sandhive_client.errors import (
     APIError,
     BadRequest,
     Conflict,
     ConnectionFailed,
+    Forbidden,
     InvalidInput,
     NotFound,
     RateLimited,
     RetryableError,
+    SandboxFileError,
+    SandboxFileNotFound,
+    SandboxFileTooLarge,
+    SandboxIsADirectory,
+    SandboxPermissionError,
     SandhiveError,
     ServerError,
     TooLarge,
@@ -34,10 +43,19 @@ from sandhive_client.models import (
     Artifact,
     ArtifactList,
     BatchResult,
+    Command,
+    CommandPage,
     Event,
+    ExecOutput,
+    ExecResult,
     Experiment,
     ExperimentItem,
     ExperimentPage,
+    FileEntry,
+    FileList,
+    FileWritten,
+    SandboxInfo,
+    SandboxPage,
     Step,
     Task,
     TaskPage,
@@ -49,20 +67,37 @@ __all__ = [
     "APIError",
     "Artifact",
     "ArtifactList",
+    "AsyncSandbox",
     "AsyncSandhive",
     "BadRequest",
     "BatchResult",
+    "Command",
+    "CommandPage",
     "Conflict",
     "ConnectionFailed",
     "Event",
+    "ExecOutput",
+    "ExecResult",
     "Experiment",
     "ExperimentItem",
     "ExperimentPage",
+    "FileEntry",
+    "FileList",
+    "FileWritten",
+    "Forbidden",
     "InvalidInput",
     "NotFound",
     "RateLimited",
     "Retries",
     "RetryableError",
+    "Sandbox",
+    "SandboxFileError",
+    "SandboxFileNotFound",
+    "SandboxFileTooLarge",
+    "SandboxInfo",
+    "SandboxIsADirectory",
+    "SandboxPage",
+    "SandboxPermissionError",
     "Sandhive",
     "SandhiveError",
     "ServerError",

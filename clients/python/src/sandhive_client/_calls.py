@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,17 +10,31 @@ from urllib.parse import quote
 
 import httpx
 
+from sandhive_client import errors
 from sandhive_client._http import Call
 from sandhive_client.models import (
     ArtifactList,
     BatchResult,
+    CommandPage,
+    ExecResult,
     Experiment,
     ExperimentItem,
     ExperimentPage,
+    FileList,
+    FileWritten,
+    SandboxInfo,
+    SandboxPage,
     Task,
     TaskPage,
     Trajectory,
 )
+
+CREATE_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+"""`POST /v1/sandboxes` answers once the sandbox runs (the server gives up first)."""
+FILE_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+"""A file of up to the server's limit (128 MiB by default) goes through its worker."""
+EXEC_SLACK_S = 60.0
+"""How much longer than a command's own timeout its request may take (start, output)."""
 
 
 def _json(response: httpx.Response) -> Any:
@@ -160,3 +175,145 @@ def cancel_experiment(experiment_id: str) -> Call[Experiment]:
 
 def events_path(task_id: str) -> str:
     return f"/v1/tasks/{_seg(task_id)}/events"
+
+
+# Sandboxes
+
+
+def _sandbox(response: httpx.Response) -> SandboxInfo:
+    return SandboxInfo.model_validate(response.json())
+
+
+def sandbox_path(sandbox_id: str, tail: str = "") -> str:
+    return f"/v1/sandboxes/{_seg(sandbox_id)}{tail}"
+
+
+def create_sandbox(fields: Mapping[str, Any]) -> Call[SandboxInfo]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return Call("POST", "/v1/sandboxes", _sandbox, json=body, timeout=CREATE_TIMEOUT)
+
+
+def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
+    return Call("GET", sandbox_path(sandbox_id), _sandbox)
+
+
+def list_sandboxes(
+    status: str | None, limit: int | None, cursor: str | None, filters: Mapping[str, Any]
+) -> Call[SandboxPage]:
+    params = {**_query(status=status, limit=limit, cursor=cursor), **filters}
+    return Call(
+        "GET", "/v1/sandboxes", lambda r: SandboxPage.model_validate(r.json()), params=params
+    )
+
+
+def delete_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
+    return Call("DELETE", sandbox_path(sandbox_id), _sandbox)
+
+
+def set_ttl(sandbox_id: str, ttl_s: int) -> Call[SandboxInfo]:
+    return Call("POST", sandbox_path(sandbox_id, "/ttl"), _sandbox, json={"ttl_s": ttl_s})
+
+
+def exec_body(
+    cmd: str | Sequence[str],
+    *,
+    stdin: str | bytes | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    user: str | None,
+    timeout_s: float | None,
+    max_output_bytes: int | None,
+) -> dict[str, Any]:
+    """The body of `POST …/exec`: a string is a shell command line, a sequence an argv.
+    Output is always asked as base64, so the bytes round-trip exactly."""
+    body: dict[str, Any] = {"command": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
+    if isinstance(stdin, bytes):
+        try:  # as text when it is text: a third smaller than base64, the same bytes
+            body["stdin"] = stdin.decode("utf-8")
+        except UnicodeDecodeError:
+            body["stdin"] = base64.b64encode(stdin).decode("ascii")
+            body["stdin_encoding"] = "base64"
+    elif stdin is not None:
+        body["stdin"] = stdin
+    body["output_encoding"] = "base64"
+    body |= _query(
+        cwd=cwd,
+        env=dict(env) if env else None,
+        user=user,
+        timeout_s=timeout_s,
+        max_output_bytes=max_output_bytes,
+    )
+    return body
+
+
+def exec_timeout(timeout_s: float | None) -> httpx.Timeout:
+    """A command's request waits for the command: no read timeout unless it has its own
+    (the server ends it at its default timeout or at the sandbox's expiry)."""
+    read = None if timeout_s is None else timeout_s + EXEC_SLACK_S
+    return httpx.Timeout(30.0, read=read)
+
+
+def exec_command(sandbox_id: str, body: Mapping[str, Any]) -> Call[ExecResult]:
+    return Call(
+        "POST",
+        sandbox_path(sandbox_id, "/exec"),
+        lambda r: ExecResult.from_wire(r.json()),
+        json=dict(body),
+        timeout=exec_timeout(body.get("timeout_s")),
+    )
+
+
+def read_file(sandbox_id: str, path: str) -> Call[bytes]:
+    return Call(
+        "GET",
+        sandbox_path(sandbox_id, "/files"),
+        _bytes,
+        params={"path": path},
+        headers={"Accept": "application/octet-stream, application/json"},
+        timeout=FILE_TIMEOUT,
+        errors_by_reason=errors.FILE_ERRORS,
+    )
+
+
+def write_file(sandbox_id: str, path: str, data: bytes | str) -> Call[FileWritten]:
+    content = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return Call(
+        "PUT",
+        sandbox_path(sandbox_id, "/files"),
+        lambda r: FileWritten.model_validate(r.json()),
+        params={"path": path},
+        content=content,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=FILE_TIMEOUT,
+        errors_by_reason=errors.FILE_ERRORS,
+    )
+
+
+def list_files(sandbox_id: str, path: str | None) -> Call[FileList]:
+    return Call(
+        "GET",
+        sandbox_path(sandbox_id, "/files/list"),
+        lambda r: FileList.model_validate(r.json()),
+        params=_query(path=path),
+        errors_by_reason=errors.FILE_ERRORS,
+    )
+
+
+def list_commands(sandbox_id: str, limit: int | None, cursor: str | None) -> Call[CommandPage]:
+    return Call(
+        "GET",
+        sandbox_path(sandbox_id, "/commands"),
+        lambda r: CommandPage.model_validate(r.json()),
+        params=_query(limit=limit, cursor=cursor),
+    )
+
+
+def exec_stream(sandbox_id: str, body: Mapping[str, Any]) -> Call[None]:
+    """`POST …/exec/stream`: read as events (`Sandhive.events`), not by `read`."""
+    return Call(
+        "POST",
+        sandbox_path(sandbox_id, "/exec/stream"),
+        lambda r: None,
+        json=dict(body),
+        timeout=exec_timeout(body.get("timeout_s")),
+    )

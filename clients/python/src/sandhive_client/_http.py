@@ -30,6 +30,16 @@ class Call(Generic[T]):
     params: Mapping[str, Any] | None = None
     json: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    content: bytes | None = None
+    """A raw body (sent instead of `json`)."""
+    timeout: httpx.Timeout | None = None
+    """This call's own timeouts (a command that runs long); None: the client's."""
+    errors_by_reason: Mapping[tuple[int, str], type[errors.APIError]] = field(default_factory=dict)
+    """Finer error classes by (status, `details.reason`), e.g. a sandbox's file errors."""
+
+    def timeout_or(self, default: Any) -> Any:
+        """`timeout`, or `default` (httpx's USE_CLIENT_DEFAULT) when the call has none."""
+        return default if self.timeout is None else self.timeout
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,12 @@ def retry_after(response: httpx.Response) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-def raise_for_error(response: httpx.Response) -> None:
-    """The typed exception of a non-2xx answer (its body read for code, message, details)."""
+def raise_for_error(
+    response: httpx.Response,
+    by_reason: Mapping[tuple[int, str], type[errors.APIError]] | None = None,
+) -> None:
+    """The typed exception of a non-2xx answer (its body read for code, message, details);
+    `by_reason` picks a finer class by (status, `details.reason`)."""
     if response.is_success:
         return
     status = response.status_code
@@ -83,7 +97,8 @@ def raise_for_error(response: httpx.Response) -> None:
     if status in RETRY_STATUSES:
         kind = errors.RateLimited if status == 429 else errors.Unavailable
         raise kind(status, code, message, details, response, retry_after(response))
-    cls = _class_of(status)
+    reason = details.get("reason") if isinstance(details, dict) else None
+    cls = (by_reason or {}).get((status, str(reason))) or _class_of(status)
     raise cls(status, code, message, details, response)
 
 

@@ -1,4 +1,7 @@
-"""The asyncio client: `AsyncSandhive(base_url, api_key)`, the same calls as `Sandhive`, awaited."""
+"""The asyncio client: `AsyncSandhive(base_url, api_key)`, the same calls as `Sandhive`, awaited.
+
+`.tasks`, `.experiments` and `.sandboxes`, as in `sandhive_client.client`, whose docstrings
+say what each call does."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sandhive_client import _calls, errors
+from sandhive_client._exec import StreamedExec
 from sandhive_client._http import (
     RETRY_STATUSES,
     Call,
@@ -22,16 +26,23 @@ from sandhive_client._http import (
     retry_after,
 )
 from sandhive_client._resume import Resume
-from sandhive_client._sse import aframes
+from sandhive_client._sse import Frame, aframes
 from sandhive_client._version import __version__
 from sandhive_client.client import DEFAULT_TIMEOUT, STREAM_TIMEOUT, base_url_of
 from sandhive_client.models import (
     ArtifactList,
     BatchResult,
+    CommandPage,
     Event,
+    ExecOutput,
+    ExecResult,
     Experiment,
     ExperimentItem,
     ExperimentPage,
+    FileList,
+    FileWritten,
+    SandboxInfo,
+    SandboxPage,
     Task,
     TaskPage,
     Trajectory,
@@ -59,6 +70,7 @@ class AsyncSandhive:
         self.retries = retries or Retries()
         self.tasks = AsyncTasks(self)
         self.experiments = AsyncExperiments(self)
+        self.sandboxes = AsyncSandboxes(self)
 
     async def __aenter__(self) -> AsyncSandhive:
         return self
@@ -79,7 +91,9 @@ class AsyncSandhive:
                     self._base + call.path,
                     params=call.params,
                     json=call.json,
+                    content=call.content,
                     headers={**self._headers, **call.headers},
+                    timeout=call.timeout_or(httpx.USE_CLIENT_DEFAULT),
                 )
             except httpx.TransportError as exc:
                 if last or not may_resend(call, exc):
@@ -89,8 +103,36 @@ class AsyncSandhive:
             if response.status_code in RETRY_STATUSES and not last:
                 await asyncio.sleep(self.retries.delay(attempt + 1, retry_after(response)))
                 continue
-            raise_for_error(response)
+            raise_for_error(response, call.errors_by_reason)
             return call.read(response)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def events(self, call: Call[Any]) -> AsyncIterator[Frame]:
+        """The Server-Sent Events `call` answers, as `Sandhive.events`."""
+        for attempt in range(self.retries.max_retries + 1):
+            last = attempt == self.retries.max_retries
+            wait: float | None = None
+            try:
+                async with self._http.stream(
+                    call.method,
+                    self._base + call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers={**self._headers, **call.headers, "Accept": "text/event-stream"},
+                    timeout=call.timeout_or(STREAM_TIMEOUT),
+                ) as response:
+                    if response.status_code in RETRY_STATUSES and not last:
+                        wait = self.retries.delay(attempt + 1, retry_after(response))
+                    elif not response.is_success:
+                        await response.aread()
+                        raise_for_error(response, call.errors_by_reason)
+                    else:
+                        async for frame in aframes(response.aiter_lines()):
+                            yield frame
+                        return
+            except httpx.TransportError as exc:
+                raise errors.ConnectionFailed(f"{call.method} {call.path}: {exc!r}") from exc
+            await asyncio.sleep(wait or 0.0)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def stream(
@@ -212,3 +254,158 @@ class AsyncExperiments:
 
     async def cancel(self, experiment_id: str) -> Experiment:
         return await self._c.call(_calls.cancel_experiment(experiment_id))
+
+
+class AsyncSandboxes:
+    """`client.sandboxes`, awaited; see `sandhive_client.client.Sandboxes`."""
+
+    def __init__(self, client: AsyncSandhive) -> None:
+        self._c = client
+
+    async def create(
+        self,
+        image: str = "default",
+        *,
+        ttl_s: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        network: str | None = None,
+        allow_domains: Sequence[str] | None = None,
+        read_only_rootfs: bool | None = None,
+        **fields: Any,
+    ) -> AsyncSandbox:
+        body = {
+            "image": image,
+            "ttl_s": ttl_s,
+            "metadata": dict(metadata) if metadata else None,
+            "env": dict(env) if env else None,
+            "cpus": cpus,
+            "memory_mb": memory_mb,
+            "disk_mb": disk_mb,
+            "network": network,
+            "allow_domains": list(allow_domains) if allow_domains is not None else None,
+            "read_only_rootfs": read_only_rootfs,
+            **fields,
+        }
+        return AsyncSandbox(self._c, await self._c.call(_calls.create_sandbox(body)))
+
+    async def get(self, sandbox_id: str) -> AsyncSandbox:
+        return AsyncSandbox(self._c, await self._c.call(_calls.get_sandbox(sandbox_id)))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        **filters: Any,
+    ) -> SandboxPage:
+        return await self._c.call(_calls.list_sandboxes(status, limit, cursor, filters))
+
+
+class AsyncSandbox:
+    """One sandbox, for asyncio; see `sandhive_client.client.Sandbox`. `async with` deletes
+    it when the block ends."""
+
+    def __init__(self, client: AsyncSandhive, info: SandboxInfo) -> None:
+        self._c = client
+        self.info = info
+        self.files = AsyncSandboxFiles(client, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"<AsyncSandbox {self.id} {self.info.status}>"
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.delete()
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        stdin: str | bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        body = _calls.exec_body(
+            cmd,
+            stdin=stdin,
+            cwd=cwd,
+            env=env,
+            user=user,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+        return await self._c.call(_calls.exec_command(self.id, body))
+
+    async def exec_stream(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        stdin: str | bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> AsyncIterator[ExecOutput | ExecResult]:
+        body = _calls.exec_body(
+            cmd,
+            stdin=stdin,
+            cwd=cwd,
+            env=env,
+            user=user,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+        reader = StreamedExec(self.id)
+        async for frame in self._c.events(_calls.exec_stream(self.id, body)):
+            if (item := reader.accept(frame)) is not None:
+                yield item
+                if reader.result is not None:
+                    return
+        raise reader.ended_early()
+
+    async def set_ttl(self, ttl_s: int) -> SandboxInfo:
+        self.info = await self._c.call(_calls.set_ttl(self.id, ttl_s))
+        return self.info
+
+    async def commands(self, *, limit: int | None = None, cursor: str | None = None) -> CommandPage:
+        return await self._c.call(_calls.list_commands(self.id, limit, cursor))
+
+    async def refresh(self) -> SandboxInfo:
+        self.info = await self._c.call(_calls.get_sandbox(self.id))
+        return self.info
+
+    async def delete(self) -> SandboxInfo:
+        self.info = await self._c.call(_calls.delete_sandbox(self.id))
+        return self.info
+
+
+class AsyncSandboxFiles:
+    """`sandbox.files`, awaited; see `sandhive_client.client.SandboxFiles`."""
+
+    def __init__(self, client: AsyncSandhive, sandbox_id: str) -> None:
+        self._c = client
+        self._id = sandbox_id
+
+    async def read(self, path: str) -> bytes:
+        return await self._c.call(_calls.read_file(self._id, path))
+
+    async def write(self, path: str, data: bytes | str) -> FileWritten:
+        return await self._c.call(_calls.write_file(self._id, path, data))
+
+    async def list(self, path: str | None = None) -> FileList:
+        return await self._c.call(_calls.list_files(self._id, path))

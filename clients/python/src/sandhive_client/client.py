@@ -1,4 +1,5 @@
-"""The synchronous client: `Sandhive(base_url, api_key)`, then `.tasks` and `.experiments`."""
+"""The synchronous client: `Sandhive(base_url, api_key)`, then `.tasks`, `.experiments` and
+`.sandboxes`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sandhive_client import _calls, errors
+from sandhive_client._exec import StreamedExec
 from sandhive_client._http import (
     RETRY_STATUSES,
     Call,
@@ -21,15 +23,22 @@ from sandhive_client._http import (
     retry_after,
 )
 from sandhive_client._resume import Resume
-from sandhive_client._sse import frames
+from sandhive_client._sse import Frame, frames
 from sandhive_client._version import __version__
 from sandhive_client.models import (
     ArtifactList,
     BatchResult,
+    CommandPage,
     Event,
+    ExecOutput,
+    ExecResult,
     Experiment,
     ExperimentItem,
     ExperimentPage,
+    FileList,
+    FileWritten,
+    SandboxInfo,
+    SandboxPage,
     Task,
     TaskPage,
     Trajectory,
@@ -66,6 +75,7 @@ class Sandhive:
         self.retries = retries or Retries()
         self.tasks = Tasks(self)
         self.experiments = Experiments(self)
+        self.sandboxes = Sandboxes(self)
 
     def __enter__(self) -> Sandhive:
         return self
@@ -86,7 +96,9 @@ class Sandhive:
                     self._base + call.path,
                     params=call.params,
                     json=call.json,
+                    content=call.content,
                     headers={**self._headers, **call.headers},
+                    timeout=call.timeout_or(httpx.USE_CLIENT_DEFAULT),
                 )
             except httpx.TransportError as exc:
                 if last or not may_resend(call, exc):
@@ -96,8 +108,36 @@ class Sandhive:
             if response.status_code in RETRY_STATUSES and not last:
                 time.sleep(self.retries.delay(attempt + 1, retry_after(response)))
                 continue
-            raise_for_error(response)
+            raise_for_error(response, call.errors_by_reason)
             return call.read(response)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def events(self, call: Call[Any]) -> Iterator[Frame]:
+        """The Server-Sent Events `call` answers, read as they come; 429/503 before the
+        stream starts are retried as `call` does, a broken stream is ConnectionFailed."""
+        for attempt in range(self.retries.max_retries + 1):
+            last = attempt == self.retries.max_retries
+            wait: float | None = None
+            try:
+                with self._http.stream(
+                    call.method,
+                    self._base + call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers={**self._headers, **call.headers, "Accept": "text/event-stream"},
+                    timeout=call.timeout_or(STREAM_TIMEOUT),
+                ) as response:
+                    if response.status_code in RETRY_STATUSES and not last:
+                        wait = self.retries.delay(attempt + 1, retry_after(response))
+                    elif not response.is_success:
+                        response.read()
+                        raise_for_error(response, call.errors_by_reason)
+                    else:
+                        yield from frames(response.iter_lines())
+                        return
+            except httpx.TransportError as exc:
+                raise errors.ConnectionFailed(f"{call.method} {call.path}: {exc!r}") from exc
+            time.sleep(wait or 0.0)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def stream(
@@ -236,3 +276,190 @@ class Experiments:
 
     def cancel(self, experiment_id: str) -> Experiment:
         return self._c.call(_calls.cancel_experiment(experiment_id))
+
+
+class Sandboxes:
+    """`client.sandboxes`: sandboxes you drive yourself (run commands, move files)."""
+
+    def __init__(self, client: Sandhive) -> None:
+        self._c = client
+
+    def create(
+        self,
+        image: str = "default",
+        *,
+        ttl_s: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        network: str | None = None,
+        allow_domains: Sequence[str] | None = None,
+        read_only_rootfs: bool | None = None,
+        **fields: Any,
+    ) -> Sandbox:
+        """Start a sandbox of the catalogue's `image` and return it once it runs.
+
+        It lives `ttl_s` seconds (the server's default, 600, when None) unless extended
+        with `set_ttl` or deleted; `env` is what every command sees; `metadata` labels
+        it. None leaves a limit to the image's default. Use it as a context manager to
+        delete it at the end of the block."""
+        body = {
+            "image": image,
+            "ttl_s": ttl_s,
+            "metadata": dict(metadata) if metadata else None,
+            "env": dict(env) if env else None,
+            "cpus": cpus,
+            "memory_mb": memory_mb,
+            "disk_mb": disk_mb,
+            "network": network,
+            "allow_domains": list(allow_domains) if allow_domains is not None else None,
+            "read_only_rootfs": read_only_rootfs,
+            **fields,
+        }
+        return Sandbox(self._c, self._c.call(_calls.create_sandbox(body)))
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox (NotFound if it is not this tenant's)."""
+        return Sandbox(self._c, self._c.call(_calls.get_sandbox(sandbox_id)))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        **filters: Any,
+    ) -> SandboxPage:
+        """One page, newest first (`status="running"` or `"ended"`); `sandboxes.get(info.id)`
+        gives a handle on one."""
+        return self._c.call(_calls.list_sandboxes(status, limit, cursor, filters))
+
+
+class Sandbox:
+    """One sandbox: `exec`, `exec_stream`, `files`, `set_ttl`, `commands`, `delete`.
+
+    `info` is what the server last said about it (`refresh()` asks again). As a context
+    manager it is deleted when the block ends."""
+
+    def __init__(self, client: Sandhive, info: SandboxInfo) -> None:
+        self._c = client
+        self.info = info
+        self.files = SandboxFiles(client, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} {self.info.status}>"
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        stdin: str | bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run `cmd` and wait for it: a list is an argv run as it is, a string a shell
+        command line (`/bin/sh -c`).
+
+        `cwd` relative is below the sandbox's workdir; `user` a user of the image (root
+        when None); `timeout_s` kills it and everything it started (`timed_out`, exit_code
+        None; the server's default when None). A command that cannot start answers
+        exit_code 126 with the reason in stderr. Conflict once the sandbox has ended."""
+        body = _calls.exec_body(
+            cmd,
+            stdin=stdin,
+            cwd=cwd,
+            env=env,
+            user=user,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+        return self._c.call(_calls.exec_command(self.id, body))
+
+    def exec_stream(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        stdin: str | bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> Iterator[ExecOutput | ExecResult]:
+        """As `exec`, but yields the output while the command runs: `ExecOutput` pieces
+        (`stream`, `data` bytes), then the `ExecResult` (with the whole output) last."""
+        body = _calls.exec_body(
+            cmd,
+            stdin=stdin,
+            cwd=cwd,
+            env=env,
+            user=user,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+        reader = StreamedExec(self.id)
+        for frame in self._c.events(_calls.exec_stream(self.id, body)):
+            if (item := reader.accept(frame)) is not None:
+                yield item
+                if reader.result is not None:
+                    return
+        raise reader.ended_early()
+
+    def set_ttl(self, ttl_s: int) -> SandboxInfo:
+        """Keep it `ttl_s` seconds from now (`info.expires_at` moves), within the server's
+        lifetime cap."""
+        self.info = self._c.call(_calls.set_ttl(self.id, ttl_s))
+        return self.info
+
+    def commands(self, *, limit: int | None = None, cursor: str | None = None) -> CommandPage:
+        """The commands run in it, oldest first: argv or command, user, exit code, key."""
+        return self._c.call(_calls.list_commands(self.id, limit, cursor))
+
+    def refresh(self) -> SandboxInfo:
+        self.info = self._c.call(_calls.get_sandbox(self.id))
+        return self.info
+
+    def delete(self) -> SandboxInfo:
+        """End it and remove its container (again: the same answer)."""
+        self.info = self._c.call(_calls.delete_sandbox(self.id))
+        return self.info
+
+
+class SandboxFiles:
+    """`sandbox.files`: read, write and list a sandbox's files (relative paths are below
+    its workdir).
+
+    Errors are the client's and Python's own: SandboxFileNotFound (a FileNotFoundError),
+    SandboxIsADirectory (an IsADirectoryError), SandboxPermissionError (a PermissionError),
+    SandboxFileTooLarge (over the server's limit); each names the path."""
+
+    def __init__(self, client: Sandhive, sandbox_id: str) -> None:
+        self._c = client
+        self._id = sandbox_id
+
+    def read(self, path: str) -> bytes:
+        return self._c.call(_calls.read_file(self._id, path))
+
+    def write(self, path: str, data: bytes | str) -> FileWritten:
+        """Write `data` (a str as UTF-8) as the file, replacing it; missing parent
+        directories are made."""
+        return self._c.call(_calls.write_file(self._id, path, data))
+
+    def list(self, path: str | None = None) -> FileList:
+        """A directory's entries (the workdir when `path` is None)."""
+        return self._c.call(_calls.list_files(self._id, path))

@@ -6,7 +6,8 @@ what the server said in full, e.g. the located problems of a 422.
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+from typing import Any, ClassVar
 
 import httpx
 
@@ -37,8 +38,12 @@ class Unauthorized(APIError):
     """401: no API key, or not a valid one."""
 
 
+class Forbidden(APIError):
+    """403: the server understood and refuses it (e.g. a sandbox's file system said no)."""
+
+
 class NotFound(APIError):
-    """404: no such task or experiment for this tenant."""
+    """404: no such task, experiment or sandbox for this tenant."""
 
 
 class Conflict(APIError):
@@ -51,6 +56,35 @@ class TooLarge(APIError):
 
 class InvalidInput(APIError):
     """422: the request is not valid; `details` locates each problem (`loc`, `msg`, `type`)."""
+
+
+class SandboxFileError(APIError):
+    """A file operation in a sandbox was refused; `path` is the path it was about.
+
+    Each subclass is also the `OSError` Python raises for the same problem on a local file
+    (`except FileNotFoundError` works), with `errno` and `filename` set; the message names
+    the path.
+    """
+
+    errno_value: ClassVar[int] = errno.EIO
+    errno: int | None  # as OSError's
+    strerror: str | None
+
+    def __init__(
+        self, status: int, code: str, message: str, details: Any, response: httpx.Response
+    ) -> None:
+        path = details.get("path") if isinstance(details, dict) else None
+        path = str(path) if path is not None else None
+        if path is not None and path not in message:
+            message = f"{message} ({path})"
+        super().__init__(status, code, message, details, response)
+        self.path = path
+        self.errno = self.errno_value
+        self.strerror = message
+        self.filename = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # APIError's "status code: message", not OSError's format
 
 
 class RetryableError(APIError):
@@ -81,6 +115,30 @@ class ServerError(APIError):
     """Any other 5xx."""
 
 
+class SandboxFileNotFound(SandboxFileError, NotFound, FileNotFoundError):
+    """404 `missing`: no such file (or directory) in the sandbox."""
+
+    errno_value = errno.ENOENT
+
+
+class SandboxIsADirectory(SandboxFileError, InvalidInput, IsADirectoryError):
+    """422 `is_directory`: a directory where a file was meant (a read, or a write onto it)."""
+
+    errno_value = errno.EISDIR
+
+
+class SandboxPermissionError(SandboxFileError, Forbidden, PermissionError):
+    """403 `forbidden`: the sandbox's file system refused (a mode, a read-only mount)."""
+
+    errno_value = errno.EACCES
+
+
+class SandboxFileTooLarge(SandboxFileError, TooLarge):
+    """413 `too_large`: a file (or a body) over the server's file size limit."""
+
+    errno_value = errno.EFBIG
+
+
 class ConnectionFailed(SandhiveError):
     """The server could not be reached, or the connection broke before an answer."""
 
@@ -96,8 +154,17 @@ class WebhookVerificationError(SandhiveError):
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequest,
     401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     413: TooLarge,
     422: InvalidInput,
 }
+
+FILE_ERRORS: dict[tuple[int, str], type[APIError]] = {
+    (404, "missing"): SandboxFileNotFound,
+    (422, "is_directory"): SandboxIsADirectory,
+    (403, "forbidden"): SandboxPermissionError,
+    (413, "too_large"): SandboxFileTooLarge,
+}
+"""The errors of a sandbox's file routes by (status, `details.reason`)."""

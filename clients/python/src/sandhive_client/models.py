@@ -7,8 +7,9 @@ server sends is kept (`extra="allow"`, read it as an attribute or with
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,3 +123,146 @@ class ExperimentItem(_Model):
     error_kind: str | None = None
     answer: str | None = None
     task_id: str | None = None
+
+
+class SandboxInfo(_Model):
+    """A sandbox as the server describes it (`Sandbox.info`): its image, limits and life."""
+
+    id: str
+    status: str
+    """`starting`, `running` or `ended`."""
+    image: str = "default"
+    cpus: float | None = None
+    memory_mb: int | None = None
+    disk_mb: int | None = None
+    network: str = "none"
+    allow_domains: list[str] = Field(default_factory=list)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    workdir: str = "/testbed"
+    """Where relative paths and commands without `cwd` start."""
+    created_at: datetime
+    expires_at: datetime
+    """When the server removes it unless its TTL is extended first (`set_ttl`)."""
+    ended_at: datetime | None = None
+    end_reason: str | None = None
+    """`deleted`, `expired`, `worker_lost` or `failed` once ended."""
+    error: str | None = None
+    commands: int = 0
+    """Commands run in it so far."""
+
+    @property
+    def ended(self) -> bool:
+        return self.status == "ended"
+
+
+class SandboxPage(_Model):
+    """One page of the sandbox list, newest first; `next_cursor` is None on the last page."""
+
+    items: list[SandboxInfo]
+    next_cursor: str | None = None
+
+
+class ExecResult(_Model):
+    """How a command ended and what it printed, as the exact bytes (`stdout_text` decodes)."""
+
+    command_id: str
+    exit_code: int | None
+    """Its exit status (128+N when signal N killed it; 126 when it could not start, the
+    reason in `stderr`); None when it timed out."""
+    timed_out: bool = False
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    """True when the server kept only the first `max_output_bytes` of stdout."""
+    stderr_truncated: bool = False
+    duration_ms: int = 0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ExecResult:
+        """The API's result, its `stdout`/`stderr` decoded from their `encoding`."""
+        fields = {k: v for k, v in data.items() if k not in ("stdout", "stderr", "encoding")}
+        return cls(
+            **fields,
+            stdout=decode_output(data.get("stdout", ""), data.get("encoding")),
+            stderr=decode_output(data.get("stderr", ""), data.get("encoding")),
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when it exited 0."""
+        return self.exit_code == 0
+
+    @property
+    def stdout_text(self) -> str:
+        """stdout as UTF-8 (bytes that are not UTF-8 replaced by U+FFFD)."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+
+class ExecOutput(_Model):
+    """One piece of a streamed command's output (`Sandbox.exec_stream`)."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        """`data` as UTF-8 (a character split between two pieces shows as U+FFFD)."""
+        return self.data.decode("utf-8", errors="replace")
+
+
+def decode_output(value: str, encoding: str | None) -> bytes:
+    """A stream's bytes from the API's text: base64 when `encoding` says so, else UTF-8."""
+    return base64.b64decode(value) if encoding == "base64" else value.encode("utf-8")
+
+
+class FileEntry(_Model):
+    name: str
+    type: str
+    """`file`, `dir`, `symlink` (not followed) or `other` (fifo, socket, device)."""
+    size: int
+    mtime: float
+    """Seconds since the epoch, by the sandbox's clock."""
+
+
+class FileList(_Model):
+    """A directory of a sandbox, by name."""
+
+    path: str
+    """The directory's real path in the sandbox."""
+    entries: list[FileEntry]
+    truncated: bool = False
+    """True when it has more entries than the server lists."""
+    unlisted: int = 0
+    """Entries left out because their names are not printable UTF-8."""
+
+
+class FileWritten(_Model):
+    path: str
+    """Its absolute path in the sandbox."""
+    size: int
+
+
+class Command(_Model):
+    """One entry of a sandbox's command log."""
+
+    id: str
+    seq: int
+    argv: list[str] | None = None
+    command: str | None = None
+    user: str | None = None
+    cwd: str | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_ms: int = 0
+    started_at: datetime
+    key_id: str | None = None
+    """The API key that ran it."""
+
+
+class CommandPage(_Model):
+    items: list[Command]
+    next_cursor: str | None = None

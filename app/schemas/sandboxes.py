@@ -1,0 +1,162 @@
+"""`/v1/sandboxes`: sandboxes a caller drives itself (docs/sandboxes.md).
+
+A caller with its own agent or harness (Inspect, Harbor, a script) gets what a task's agent
+gets (a hardened container from the image catalogue, with its limits and egress policy),
+runs commands and moves files; no agent loop, no model.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from app.schemas.files import FileEntry, FileList, FileWritten
+from app.schemas.tasks import MAX_INT, SandboxRequest, WireModel, _Strict
+
+__all__ = [
+    "CommandList",
+    "CommandOut",
+    "ExecRequest",
+    "ExecResult",
+    "FileEntry",
+    "FileList",
+    "FileWritten",
+    "SandboxCreate",
+    "SandboxList",
+    "SandboxOut",
+    "TtlRequest",
+]
+
+MAX_METADATA_KEYS = 32
+MAX_ENV_VARS = 256
+Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Value = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
+EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class SandboxCreate(SandboxRequest):
+    """A sandbox: the image and limits of a task's `sandbox`, how long it lives, and labels."""
+
+    ttl_s: int = Field(default=600, ge=1, le=MAX_INT)
+    """Seconds it lives unless extended (`POST …/ttl`) or deleted; at most the server's
+    `SANDHIVE_SANDBOX_MAX_LIFETIME_S` from its creation (422 beyond)."""
+    metadata: dict[Key, Value] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
+    """Labels of the caller's own (`GET /v1/sandboxes?metadata=key:value` filters by them)."""
+    env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    """Variables every command sees (a command's own `env` wins)."""
+    read_only_rootfs: bool = True
+    """The image's own files read-only, only the workdir and the scratch directories (/tmp,
+    /root, …) writable, as a task's sandbox is. `false` (to install packages or add users,
+    as harnesses' checks do) only where the operator allows it
+    (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`; 422 otherwise): the writable layer lies on
+    the Docker host's disk, which no quota bounds."""
+
+
+class SandboxOut(WireModel):
+    id: str = Field(examples=["sbx_01JD8Z6V0Q5W3M9B2C7K4T1R8E"])
+    status: Literal["starting", "running", "ended"]
+    image: str = Field(examples=["default"])
+    """The catalogue image's name."""
+    network: Literal["none", "egress"]
+    cpus: float
+    memory_mb: int
+    disk_mb: int
+    allow_domains: list[str]
+    read_only_rootfs: bool
+    metadata: dict[str, str]
+    workdir: str = Field(examples=["/testbed"])
+    """Where relative paths and commands without `cwd` start."""
+    created_at: datetime
+    expires_at: datetime
+    """When it is removed unless extended first."""
+    ended_at: datetime | None
+    end_reason: Literal["deleted", "expired", "worker_lost", "failed"] | None
+    """`deleted` by a caller; `expired` at `expires_at`; `worker_lost`: the worker holding it
+    stopped (an infrastructure failure; its container is removed); `failed` to start."""
+    error: str | None
+    commands: int
+    """Commands run in it so far (`GET …/commands` lists them)."""
+
+
+class SandboxList(WireModel):
+    items: list[SandboxOut]
+    next_cursor: str | None
+    """Pass as `cursor` for the next page; null on the last one."""
+
+
+class TtlRequest(_Strict):
+    ttl_s: int = Field(ge=1, le=MAX_INT)
+    """Seconds from now; at most what its lifetime cap leaves (422 beyond)."""
+
+
+class ExecRequest(_Strict):
+    """One command: `argv` run as it is, or `command` run by `/bin/sh -c`."""
+
+    argv: list[Annotated[str, Field(max_length=256 * 1024)]] | None = Field(
+        default=None, min_length=1, max_length=65_536, examples=[["ls", "-la"]]
+    )
+    command: str | None = Field(default=None, min_length=1, max_length=1024 * 1024)
+    """A shell command line (`sh -c`); exactly one of `argv` and `command`."""
+    stdin: str | None = None
+    """What the command reads on its standard input (none: it reads EOF at once)."""
+    stdin_encoding: Literal["utf-8", "base64"] = "utf-8"
+    cwd: str | None = Field(default=None, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")
+    """Where it runs; relative: below the workdir; none: the workdir."""
+    env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    user: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*$"
+    )
+    """Run as this user of the image (name or uid); none: root, the sandbox's own user."""
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_INT)
+    """Kill it and everything it started after this long (`timed_out`); none: the
+    server's `SANDHIVE_SANDBOX_EXEC_TIMEOUT_S`, and never past the sandbox's expiry."""
+    output_encoding: Literal["utf-8", "base64"] = "utf-8"
+    """How `stdout` and `stderr` are given: text (bytes that are not UTF-8 replaced) or
+    base64 of the exact bytes."""
+    max_output_bytes: int | None = Field(default=None, ge=1, le=MAX_INT)
+    """Bytes kept of each stream (the rest dropped, `*_truncated`); none and at most: the
+    server's `SANDHIVE_SANDBOX_EXEC_MAX_OUTPUT_BYTES`."""
+
+    @model_validator(mode="after")
+    def _one_command(self) -> ExecRequest:
+        if (self.argv is None) == (self.command is None):
+            raise ValueError("give exactly one of argv and command")
+        return self
+
+
+class ExecResult(WireModel):
+    command_id: str = Field(examples=["cmd_01JD8Z6V0Q5W3M9B2C7K4T1R8E"])
+    exit_code: int | None
+    """Its exit status (128+N when signal N killed it; 126 when it could not start, the
+    reason in `stderr`); null when it timed out."""
+    timed_out: bool
+    stdout: str
+    stderr: str
+    encoding: Literal["utf-8", "base64"]
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+
+
+class CommandOut(WireModel):
+    """One entry of a sandbox's command log: who ran what and how it ended."""
+
+    id: str
+    seq: int
+    argv: list[str] | None
+    command: str | None
+    user: str | None
+    cwd: str | None
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    started_at: datetime
+    key_id: str | None
+    """The API key that ran it."""
+
+
+class CommandList(WireModel):
+    items: list[CommandOut]
+    next_cursor: str | None
