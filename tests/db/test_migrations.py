@@ -33,6 +33,8 @@ MODEL_TABLES = {
     "episodes",
     "webhook_subscriptions",
     "webhook_deliveries",
+    "sandboxes",
+    "sandbox_commands",
 }
 
 
