@@ -181,7 +181,7 @@ class SandboxServer:
             deadline_s=sandbox_deadline_s(s, max(s.sandbox_max_lifetime_s - lived, 1.0)),
             allow_domains=tuple(box.allow_domains),
         )
-        writable = not wanted.read_only_rootfs and s.sandbox_allow_writable_rootfs
+        writable = not wanted.read_only_rootfs  # admitted by the API's operator setting
         if writable:
             labels[WRITABLE_LABEL] = "1"
         config = replace(

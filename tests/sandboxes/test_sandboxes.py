@@ -15,7 +15,8 @@ async def test_a_sandbox_runs_commands_and_moves_files(
     api: httpx.AsyncClient, worker: AppProcess
 ) -> None:
     made = await create(api, ttl_s=120, metadata={"suite": "smoke"}, env={"GREETING": "hi"})
-    assert made["status"] == "running" and made["workdir"] == "/testbed"
+    assert made["status"] == "running"
+    assert made["workdir"] == "/testbed"
     sid = made["id"]
 
     done = await run(api, sid, command="echo $GREETING; echo oops >&2; exit 3")
@@ -32,7 +33,8 @@ async def test_a_sandbox_runs_commands_and_moves_files(
     done = await run(api, sid, argv=["sh", "-c", "sleep 30 & sleep 30"], timeout_s=1)
     assert (done["timed_out"], done["exit_code"]) == (True, None)
     done = await run(api, sid, command="yes | head -c 100000", max_output_bytes=1000)
-    assert len(done["stdout"]) == 1000 and done["stdout_truncated"] is True
+    assert len(done["stdout"]) == 1000
+    assert done["stdout_truncated"] is True
 
     url = f"/v1/sandboxes/{sid}/files"
     put = await api.put(url, params={"path": "/tmp/made/x.bin"}, content=b"\x01\x02", headers=ALICE)
@@ -59,7 +61,8 @@ async def test_a_sandbox_runs_commands_and_moves_files(
     assert (await api.get(f"/v1/sandboxes/{sid}", headers=BOB)).status_code == 404
     log = (await api.get(f"/v1/sandboxes/{sid}/commands", headers=ALICE)).json()["items"]
     assert log[0]["command"] == "echo $GREETING; echo oops >&2; exit 3"
-    assert log[0]["exit_code"] == 3 and log[0]["key_id"]
+    assert log[0]["exit_code"] == 3
+    assert log[0]["key_id"]
     assert [entry["seq"] for entry in log] == list(range(1, len(log) + 1))
 
     extended = await api.post(f"/v1/sandboxes/{sid}/ttl", json={"ttl_s": 3000}, headers=ALICE)
