@@ -80,7 +80,8 @@ def test_commands_run_as_argv_or_shell_with_stdin_env_cwd_and_timeout(
         result = sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
         assert isinstance(result, ExecResult)
         assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
-        assert not result.ok and not result.timed_out
+        assert not result.ok
+        assert not result.timed_out
 
         shell = sb.exec('echo "$A $B" | tr a-z A-Z', env={"B": "two"})
         assert (shell.exit_code, shell.stdout_text) == (0, "ONE TWO\n")
@@ -146,7 +147,8 @@ def test_files_round_trip_and_fail_as_python_does(client: Sandhive) -> None:
 
         with pytest.raises(SandboxFileNotFound) as missing:
             sb.files.read("nowhere/missing.txt")
-        assert isinstance(missing.value, FileNotFoundError) and isinstance(missing.value, NotFound)
+        assert isinstance(missing.value, FileNotFoundError)
+        assert isinstance(missing.value, NotFound)
         assert "missing.txt" in str(missing.value)
         assert missing.value.details["reason"] == "missing"
 
@@ -163,11 +165,13 @@ def test_files_round_trip_and_fail_as_python_does(client: Sandhive) -> None:
         with pytest.raises(PermissionError) as forbidden:
             sb.files.read("secret.txt")
         assert isinstance(forbidden.value, SandboxPermissionError)
-        assert forbidden.value.status == 403 and "secret.txt" in str(forbidden.value)
+        assert forbidden.value.status == 403
+        assert "secret.txt" in str(forbidden.value)
 
         with pytest.raises(SandboxFileTooLarge) as too_large:
             sb.files.write("big.bin", b"x" * (FILES_MAX_BYTES + 1))
-        assert isinstance(too_large.value, TooLarge) and too_large.value.status == 413
+        assert isinstance(too_large.value, TooLarge)
+        assert too_large.value.status == 413
         assert sb.exec(["test", "-e", "big.bin"]).exit_code == 1  # nothing was written
 
 
@@ -179,7 +183,8 @@ def test_exec_stream_yields_output_while_the_command_runs(client: Sandhive) -> N
             seen.append((time.monotonic() - started, item))
         pieces = [item for _, item in seen[:-1]]
         last_at, result = seen[-1]
-        assert all(isinstance(p, ExecOutput) for p in pieces) and isinstance(result, ExecResult)
+        assert all(isinstance(p, ExecOutput) for p in pieces)
+        assert isinstance(result, ExecResult)
         first_at = next(at for at, item in seen if isinstance(item, ExecOutput))
         assert last_at - first_at >= 2.5, seen  # "first" came while it was still sleeping
         by_stream = {
@@ -191,14 +196,13 @@ def test_exec_stream_yields_output_while_the_command_runs(client: Sandhive) -> N
         assert sb.commands().items[-1].command == "echo first; sleep 3; echo second >&2; exit 4"
 
 
-def test_ttl_list_delete_and_tenants(
-    client: Sandhive, live: Cluster, tenants: Tenants
-) -> None:
+def test_ttl_list_delete_and_tenants(client: Sandhive, live: Cluster, tenants: Tenants) -> None:
     sb = client.sandboxes.create(ttl_s=120, metadata={"suite": "ttl"})
     assert 60 < seconds_from_now(sb.info.expires_at) <= 125
     before = sb.info.expires_at
     moved = sb.set_ttl(3600)
-    assert moved.expires_at > before and 3500 < seconds_from_now(moved.expires_at) <= 3605
+    assert moved.expires_at > before
+    assert 3500 < seconds_from_now(moved.expires_at) <= 3605
     assert sb.info == moved
     with pytest.raises(InvalidInput):
         sb.set_ttl(10**9)  # past the server's lifetime cap
@@ -247,7 +251,8 @@ async def test_async_client_drives_a_sandbox(live: Cluster, tenants: Tenants) ->
                     pieces.append(item)
                 else:
                     final = item
-            assert final is not None and final.stdout == b"a\nb\n"
+            assert final is not None
+            assert final.stdout == b"a\nb\n"
             assert b"".join(p.data for p in pieces) == b"a\nb\n"
 
             await sb.files.write("in/x.bin", b"\xc3\x28")
@@ -259,7 +264,8 @@ async def test_async_client_drives_a_sandbox(live: Cluster, tenants: Tenants) ->
                 await sb.files.read("in")
 
             timed = await sb.exec(["sleep", "20"], timeout_s=1)
-            assert timed.timed_out and timed.exit_code is None
+            assert timed.timed_out
+            assert timed.exit_code is None
             moved = await sb.set_ttl(1800)
             assert 1700 < seconds_from_now(moved.expires_at) <= 1805
             log = (await sb.commands()).items

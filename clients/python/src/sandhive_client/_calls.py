@@ -198,9 +198,14 @@ def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
 
 
 def list_sandboxes(
-    status: str | None, limit: int | None, cursor: str | None, filters: Mapping[str, Any]
+    status: str | None,
+    limit: int | None,
+    cursor: str | None,
+    metadata: Mapping[str, str] | None,
+    filters: Mapping[str, Any],
 ) -> Call[SandboxPage]:
-    params = {**_query(status=status, limit=limit, cursor=cursor), **filters}
+    labels = {f"metadata.{key}": value for key, value in (metadata or {}).items()}
+    params = {**_query(status=status, limit=limit, cursor=cursor), **labels, **filters}
     return Call(
         "GET", "/v1/sandboxes", lambda r: SandboxPage.model_validate(r.json()), params=params
     )

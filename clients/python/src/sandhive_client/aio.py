@@ -301,9 +301,10 @@ class AsyncSandboxes:
         status: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        metadata: Mapping[str, str] | None = None,
         **filters: Any,
     ) -> SandboxPage:
-        return await self._c.call(_calls.list_sandboxes(status, limit, cursor, filters))
+        return await self._c.call(_calls.list_sandboxes(status, limit, cursor, metadata, filters))
 
 
 class AsyncSandbox:

@@ -303,8 +303,10 @@ class Sandboxes:
 
         It lives `ttl_s` seconds (the server's default, 600, when None) unless extended
         with `set_ttl` or deleted; `env` is what every command sees; `metadata` labels
-        it. None leaves a limit to the image's default. Use it as a context manager to
-        delete it at the end of the block."""
+        it. None leaves a limit to the image's default. The image's own files are
+        read-only unless `read_only_rootfs=False` (where the operator allows it); the
+        workdir and /tmp-like scratch directories are always writable. Use it as a context
+        manager to delete it at the end of the block."""
         body = {
             "image": image,
             "ttl_s": ttl_s,
@@ -330,11 +332,12 @@ class Sandboxes:
         status: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        metadata: Mapping[str, str] | None = None,
         **filters: Any,
     ) -> SandboxPage:
-        """One page, newest first (`status="running"` or `"ended"`); `sandboxes.get(info.id)`
-        gives a handle on one."""
-        return self._c.call(_calls.list_sandboxes(status, limit, cursor, filters))
+        """One page, newest first (`status`: `starting`, `running` or `ended`), only those
+        labelled with every `metadata` pair; `sandboxes.get(info.id)` gives a handle on one."""
+        return self._c.call(_calls.list_sandboxes(status, limit, cursor, metadata, filters))
 
 
 class Sandbox:

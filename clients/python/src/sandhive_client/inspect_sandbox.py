@@ -82,8 +82,10 @@ class SandhiveSandboxConfig(BaseModel):
     """Variables every command sees (an `exec`'s own `env` wins)."""
     metadata: dict[str, str] = Field(default_factory=dict)
     """Labels of your own, added to the provider's (`inspect_task`, `inspect_sample`, ...)."""
-    read_only_rootfs: bool = False
-    """Keep the image's own files read-only, as a Sandhive task's sandbox is."""
+    read_only_rootfs: bool | None = None
+    """None: the server's default, the image's own files read-only (the workdir, /tmp and
+    the other scratch directories writable). False lets commands install packages or add
+    users, where the operator allows it (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`)."""
     timeout_s: float = Field(default=300.0, gt=0)
     """How long one API call (but a command, which waits as long as its own timeout) may
     take before the provider gives up on it."""
@@ -148,7 +150,7 @@ class SandhiveSandboxEnvironment(SandboxEnvironment):
                 disk_mb=settings.disk_mb,
                 network=settings.network,
                 allow_domains=settings.allow_domains,
-                read_only_rootfs=settings.read_only_rootfs or None,
+                read_only_rootfs=settings.read_only_rootfs,
             )
         except BaseException:
             await client.close()

@@ -1,0 +1,119 @@
+"""The `sandhive` Inspect sandbox against a real Sandhive: Inspect's conformance suite, and an eval.
+
+Inspect's own checks (`inspect_ai.util._sandbox.self_check`, every one, none marked to fail)
+run against one Sandhive sandbox made by the provider's `sample_init`, as Inspect's runner
+shares one container across them. Then a real `eval_async` of a small task, whose scripted
+model (`mockllm/model`) calls Inspect's `bash()` tool, runs through Inspect's registry and
+entry point: the tool's output must be in the sample's messages and its command in the
+sandbox's command log on the server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from inspect_ai import Task, eval_async
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput, get_model
+from inspect_ai.scorer import includes
+from inspect_ai.solver import basic_agent
+from inspect_ai.tool import bash
+from inspect_ai.util import SandboxEnvironment
+from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
+from inspect_ai.util._sandbox.self_check import *  # noqa: F403
+from sandhive_client import AsyncSandhive
+from sandhive_client.inspect_sandbox import SandhiveSandboxConfig, SandhiveSandboxEnvironment
+
+from tests.inspect.conftest import SandhiveAPI
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the shared sandbox's client lives there
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sandhive_env(sandhive_api: SandhiveAPI) -> AsyncIterator[SandboxEnvironment]:
+    """One sandbox for every conformance check (each check cleans up after itself)."""
+    config = SandhiveSandboxConfig(
+        url=sandhive_api.base_url,
+        api_key=sandhive_api.key,
+        read_only_rootfs=False,  # test_exec_as_user runs adduser
+        metadata={"suite": "self_check"},
+    )
+    task = "sandhive_self_check"
+    await SandhiveSandboxEnvironment.task_init(task, config)
+    environments = await SandhiveSandboxEnvironment.sample_init(task, config, {})
+    try:
+        yield environments["default"]
+    finally:
+        await SandhiveSandboxEnvironment.sample_cleanup(task, config, environments, False)
+        await SandhiveSandboxEnvironment.task_cleanup(task, config, True)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def sandbox_env(sandhive_env: SandboxEnvironment) -> SandboxEnvironment:
+    """The fixture Inspect's checks ask for, function-scoped as self_check requires."""
+    return sandhive_env
+
+
+async def test_the_provider_is_found_by_name_through_the_entry_point() -> None:
+    assert registry_find_sandboxenv("sandhive") is SandhiveSandboxEnvironment
+    config = SandhiveSandboxEnvironment.config_deserialize(
+        {"url": "http://sandhive:8000", "image": "default", "env": {"A": "1"}}
+    )
+    assert config == SandhiveSandboxConfig(url="http://sandhive:8000", env={"A": "1"})
+    assert hash(config) == hash(SandhiveSandboxConfig(url="http://sandhive:8000", env={"A": "1"}))
+    secret = SandhiveSandboxConfig(api_key="shv_secret")
+    assert "shv_secret" not in secret.model_dump_json() + repr(secret)
+
+
+async def test_an_eval_runs_its_bash_tool_in_a_sandhive_sandbox(
+    sandhive_api: SandhiveAPI, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex
+    config = SandhiveSandboxConfig(
+        url=sandhive_api.base_url, api_key=sandhive_api.key, metadata={"run": run}
+    )
+    command = "echo hello > /tmp/x; cat /tmp/x"
+    model = get_model(
+        "mockllm/model",
+        custom_outputs=[
+            ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command}),
+            ModelOutput.for_tool_call("mockllm/model", "bash", {"command": "cat data.txt"}),
+            ModelOutput.for_tool_call("mockllm/model", "submit", {"answer": "hello"}),
+        ],
+    )
+    task = Task(
+        dataset=[
+            Sample(
+                id="greeting",
+                input="Write hello to /tmp/x and show it.",
+                target="hello",
+                files={"data.txt": "from the sample"},
+            )
+        ],
+        solver=basic_agent(tools=[bash(timeout=60)], message_limit=20),
+        scorer=includes(),
+        sandbox=("sandhive", config),
+    )
+    (log,) = await eval_async(task, model=model, log_dir=str(tmp_path))
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    (sample,) = log.samples
+    tool_results = [m.text for m in sample.messages if m.role == "tool"]
+    assert tool_results[:2] == ["hello\n", "from the sample"], sample.messages
+    assert sample.scores is not None
+    assert sample.scores["includes"].value == "C"
+
+    async with AsyncSandhive(sandhive_api.base_url, api_key=sandhive_api.key) as client:
+        ended = (await client.sandboxes.list(status="ended", limit=100)).items
+        (info,) = [s for s in ended if s.metadata.get("run") == run]
+        assert info.end_reason == "deleted"  # sample_cleanup deleted it
+        assert info.metadata["created_by"] == "inspect"
+        assert info.metadata["inspect_sample"] == "greeting"
+        sandbox = await client.sandboxes.get(info.id)
+        argvs = [c.argv for c in (await sandbox.commands()).items]
+    assert ["bash", "--login", "-c", command] in argvs
+    assert ["bash", "--login", "-c", "cat data.txt"] in argvs
