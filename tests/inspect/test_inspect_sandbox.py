@@ -69,6 +69,8 @@ async def test_the_provider_is_found_by_name_through_the_entry_point() -> None:
     assert "shv_secret" not in secret.model_dump_json() + repr(secret)
 
 
+# inspect-ai 0.3.285 builds its model retry policy with tenacity's deprecated `initial=`
+@pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 async def test_an_eval_runs_its_bash_tool_in_a_sandhive_sandbox(
     sandhive_api: SandhiveAPI, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ from app.bus import files as bus
 from app.bus import keys
 from app.config import Settings
 from app.db.engine import Sessions
+from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.errors import (
     AppError,
     Conflict,
@@ -120,12 +121,13 @@ async def create(
 
 
 async def _candidates(sessions: Sessions, redis: Redis, image: str) -> list[str]:
-    """Live workers that have the image and are not drained, least busy first."""
+    """Live workers that have the image and are not drained, least busy first (every
+    worker runs `default`, as for tasks and episodes, whatever its heartbeat lists yet)."""
     load = await rows.load_per_worker(sessions)
     workers = [
         worker.name
         for worker in await admin.list_workers(redis)
-        if not worker.draining and image in worker.images
+        if not worker.draining and (image == DEFAULT_IMAGE or image in worker.images)
     ]
     return sorted(workers, key=lambda name: (load.get(name, 0), name))
 
