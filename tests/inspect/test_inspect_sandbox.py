@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from inspect_ai import Task, eval_async
 from inspect_ai.dataset import Sample
-from inspect_ai.model import ModelOutput, get_model
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from inspect_ai.scorer import includes
 from inspect_ai.solver import basic_agent
 from inspect_ai.tool import bash
@@ -69,6 +69,14 @@ async def test_the_provider_is_found_by_name_through_the_entry_point() -> None:
     assert "shv_secret" not in secret.model_dump_json() + repr(secret)
 
 
+def tool_call(tool: str, arguments: dict[str, str]) -> ModelOutput:
+    """A scripted turn calling `tool`, with its usage given: otherwise mockllm counts tokens
+    with tiktoken, which downloads its encoding (no network here)."""
+    output = ModelOutput.for_tool_call("mockllm/model", tool, arguments)
+    output.usage = ModelUsage(input_tokens=10, output_tokens=10, total_tokens=20)
+    return output
+
+
 # inspect-ai 0.3.285 builds its model retry policy with tenacity's deprecated `initial=`
 @pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 async def test_an_eval_runs_its_bash_tool_in_a_sandhive_sandbox(
@@ -82,9 +90,9 @@ async def test_an_eval_runs_its_bash_tool_in_a_sandhive_sandbox(
     model = get_model(
         "mockllm/model",
         custom_outputs=[
-            ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command}),
-            ModelOutput.for_tool_call("mockllm/model", "bash", {"command": "cat data.txt"}),
-            ModelOutput.for_tool_call("mockllm/model", "submit", {"answer": "hello"}),
+            tool_call("bash", {"command": command}),
+            tool_call("bash", {"command": "cat data.txt"}),
+            tool_call("submit", {"answer": "hello"}),
         ],
     )
     task = Task(
