@@ -32,8 +32,8 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from service import REDIS_URL, Cluster, bench_env, pct  # noqa: E402
-from stream_latency import create_database, drop_database, wait_ready  # noqa: E402
+from service import REDIS_URL, Cluster, bench_env, pct
+from stream_latency import create_database, drop_database, wait_ready
 
 WARMUP = 5
 
@@ -122,12 +122,12 @@ def main() -> None:
     finally:
         asyncio.run(drop_database(name))
     medians = {kind: statistics.median(times) for kind, times in figures.items()}
-    print(f"`true` in a warm sandbox, {args.runs} runs each, one at a time (ms):")
+    lines = [f"`true` in a warm sandbox, {args.runs} runs each, one at a time (ms):"]
     for kind, times in figures.items():
-        print(f"  {kind:12} median {medians[kind]:7.2f}   p95 {pct(times, 0.95):7.2f}")
-    ratio = medians["api"] / medians["docker exec"]
-    print(f"  API / docker exec: {ratio:.2f}x")
-    print(json.dumps({k: round(v, 2) for k, v in medians.items()}))
+        lines.append(f"  {kind:12} median {medians[kind]:7.2f}   p95 {pct(times, 0.95):7.2f}")
+    lines.append(f"  API / docker exec: {medians['api'] / medians['docker exec']:.2f}x")
+    lines.append(json.dumps({k: round(v, 2) for k, v in medians.items()}))
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL
+from app.sandbox.policy import CA_BUNDLE_PATH, CAP_ADD, MANAGED_LABEL, SANDBOX_LABEL, WRITABLE_LABEL
 from app.sandbox.python_scorer.score import SCORER_LABEL
-from app.sandbox.policy import SANDBOX_LABEL, WRITABLE_LABEL
 from app.sandbox.reaper import (
     ATTEMPT_LABEL,
     CREATED_LABEL,
