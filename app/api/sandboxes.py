@@ -104,7 +104,6 @@ async def list_sandboxes(
     return await sandboxes.page(
         res.sessions,
         tenant,
-        res.settings.sandbox_workdir,
         status=status,
         metadata=metadata,
         limit=limit,
@@ -115,7 +114,7 @@ async def list_sandboxes(
 @router.get("/{sandbox_id}", response_model=SandboxOut, responses=_ERRORS)
 async def get_sandbox(sandbox_id: str, res: Res, tenant: Tenant) -> SandboxOut:
     row = await sandboxes.find(res.sessions, tenant, sandbox_id)
-    return sandboxes.out(row, res.settings.sandbox_workdir)
+    return sandboxes.out(row)
 
 
 @router.delete("/{sandbox_id}", response_model=SandboxOut, responses=_ERRORS)

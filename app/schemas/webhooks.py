@@ -10,7 +10,14 @@ from pydantic import BeforeValidator, ConfigDict, Field
 from app.schemas.tasks import WireModel
 
 EventType = Literal[
-    "task.started", "task.expiring", "task.finished", "experiment.finished", "episode.closed"
+    "task.started",
+    "task.expiring",
+    "task.finished",
+    "experiment.finished",
+    "episode.closed",
+    "sandbox.created",
+    "sandbox.expiring",
+    "sandbox.ended",
 ]
 EVENT_TYPES: tuple[EventType, ...] = (
     "task.started",
@@ -18,6 +25,9 @@ EVENT_TYPES: tuple[EventType, ...] = (
     "task.finished",
     "experiment.finished",
     "episode.closed",
+    "sandbox.created",
+    "sandbox.expiring",
+    "sandbox.ended",
 )
 
 

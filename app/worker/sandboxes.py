@@ -56,6 +56,8 @@ class Held:
     box: DockerSandbox
     expires_at: float
     """Epoch seconds; the row's `expires_at` when last read or told."""
+    announced: float | None = None
+    """The deadline `sandbox.expiring` was sent for (an extension past it sends another)."""
 
 
 class SandboxServer:
@@ -320,6 +322,7 @@ class SandboxServer:
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.halted.wait(), EXPIRY_EVERY_S)
             now = time.time()
+            await self._announce_expiring(now)
             for held in [h for h in self.live.values() if h.expires_at <= now]:
                 try:
                     row = await rows.get(self.ctx.sessions, held.id)
@@ -331,6 +334,24 @@ class SandboxServer:
                     if held.expires_at > now:
                         continue
                 await self._remove(held, "expired", None)
+
+    async def _announce_expiring(self, now: float) -> None:
+        """`sandbox.expiring` once per deadline, `SANDHIVE_WEBHOOK_EXPIRING_LEAD_S` before it
+        (the row read again first: an extension moves it)."""
+        lead = self.ctx.settings.webhook_expiring_lead_s
+        for held in list(self.live.values()):
+            if held.announced == held.expires_at or held.expires_at - lead > now:
+                continue
+            try:
+                found = await rows.expiring(self.ctx.sessions, held.id, lead)
+            except Exception:
+                log.exception("sandboxes: could not announce the expiry of %s", held.id)
+                continue
+            if found is not None:
+                expires_at, announced = found
+                held.expires_at = expires_at.timestamp()
+                if announced:
+                    held.announced = held.expires_at
 
     async def _remove(self, held: Held, reason: str, error: str | None) -> None:
         """Remove the container and end the row (the first end stands)."""

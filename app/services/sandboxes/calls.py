@@ -102,7 +102,7 @@ async def create(
             await bus.abandon(redis, sent)
             continue
         if "created" in reply:
-            return rows.out(await rows.find(sessions, tenant, row.id), settings.sandbox_workdir)
+            return rows.out(await rows.find(sessions, tenant, row.id))
         if "full" in reply:
             why = "every worker's sandbox slots are taken"
             continue
@@ -112,7 +112,7 @@ async def create(
         # Started after all, as the API gave up: the worker's answer was late.
         fresh = await rows.find(sessions, tenant, row.id)
         if fresh.status == "running":
-            return rows.out(fresh, settings.sandbox_workdir)
+            return rows.out(fresh)
     raise Unavailable(
         f"sandbox {row.id} could not start: {why}",
         RETRY_S,
@@ -166,7 +166,7 @@ async def delete(
             await bus.abandon(redis, sent)
     # Its worker answered once it removed the container, or is gone (the reaper removes it).
     await rows.end(sessions, row.id, "deleted")
-    return rows.out(await rows.find(sessions, tenant, sandbox_id), settings.sandbox_workdir)
+    return rows.out(await rows.find(sessions, tenant, sandbox_id))
 
 
 async def extend(
@@ -178,7 +178,7 @@ async def extend(
         with suppress(RedisError, OSError):
             request = {"op": "ttl", "sandbox_id": row.id, "expires_at": row.expires_at.timestamp()}
             await bus.send(redis, row.worker, request, timeout_s=GRACE_S, kind=KIND)
-    return rows.out(row, settings.sandbox_workdir)
+    return rows.out(row)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import defaults
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -28,6 +30,7 @@ from app.schemas.sandboxes import (
     SandboxOut,
 )
 from app.services.cursors import decode_cursor, encode_cursor
+from app.services.webhooks import service as webhooks
 from app.specs import SandboxSpec
 
 ACTIVE = ("starting", "running")
@@ -48,7 +51,7 @@ class Wanted:
     expires_at: datetime
 
 
-def out(row: models.SandboxRow, workdir: str) -> SandboxOut:
+def out(row: models.SandboxRow) -> SandboxOut:
     spec = row.spec
     return SandboxOut(
         id=row.id,
@@ -61,7 +64,7 @@ def out(row: models.SandboxRow, workdir: str) -> SandboxOut:
         allow_domains=spec["sandbox"]["allow_domains"],
         read_only_rootfs=spec["read_only_rootfs"],
         metadata=row.sandbox_metadata,
-        workdir=workdir,
+        workdir=spec.get("workdir", defaults.WORKDIR),
         created_at=row.created_at,
         expires_at=row.expires_at,
         ended_at=row.ended_at,
@@ -95,6 +98,7 @@ def new_row(settings: Settings, tenant: str, body: SandboxCreate) -> models.Sand
             "sandbox": sandbox.model_dump(mode="json"),
             "env": body.env,
             "read_only_rootfs": body.read_only_rootfs,
+            "workdir": settings.sandbox_workdir,
         },
         sandbox_metadata=body.metadata,
         created_at=now,
@@ -160,7 +164,6 @@ async def get(sessions: Sessions, sandbox_id: str) -> models.SandboxRow | None:
 async def page(
     sessions: Sessions,
     tenant: str,
-    workdir: str,
     *,
     status: str | None,
     metadata: dict[str, str],
@@ -187,12 +190,12 @@ async def page(
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
-    return SandboxList(items=[out(row, workdir) for row in rows], next_cursor=next_cursor)
+    return SandboxList(items=[out(row) for row in rows], next_cursor=next_cursor)
 
 
 async def running(sessions: Sessions, sandbox_id: str, worker: str) -> models.SandboxRow | None:
-    """Mark a `starting` sandbox running on `worker`; None when it ended meanwhile (the API
-    gave up on its start)."""
+    """Mark a `starting` sandbox running on `worker` (`sandbox.created` in the same
+    transaction); None when it ended meanwhile (the API gave up on its start)."""
     async with sessions.begin() as session:
         row: models.SandboxRow | None = await session.scalar(
             update(models.SandboxRow)
@@ -200,19 +203,46 @@ async def running(sessions: Sessions, sandbox_id: str, worker: str) -> models.Sa
             .values(status="running", worker=worker)
             .returning(models.SandboxRow)
         )
+        if row is not None:
+            await _announce(session, row, "sandbox.created")
     return row
 
 
+async def _announce(session: AsyncSession, row: models.SandboxRow, event: str) -> None:
+    """A `sandbox.*` webhook event, in the transaction of the change: the sandbox as GET
+    returns it."""
+    await webhooks.enqueue(session, row.tenant_id, event, lambda: out(row).model_dump(mode="json"))
+
+
 async def end(sessions: Sessions, sandbox_id: str, reason: str, error: str | None = None) -> bool:
-    """End an active sandbox; False when it had already ended (the first end stands)."""
+    """End an active sandbox (`sandbox.ended` in the same transaction); False when it had
+    already ended (the first end stands)."""
     async with sessions.begin() as session:
         ended = await session.scalar(
             update(models.SandboxRow)
             .where(models.SandboxRow.id == sandbox_id, models.SandboxRow.status.in_(ACTIVE))
             .values(status="ended", end_reason=reason, error=error, ended_at=utc_now())
-            .returning(models.SandboxRow.id)
+            .returning(models.SandboxRow)
         )
+        if ended is not None:
+            await _announce(session, ended, "sandbox.ended")
     return ended is not None
+
+
+async def expiring(
+    sessions: Sessions, sandbox_id: str, lead_s: float
+) -> tuple[datetime, bool] | None:
+    """`sandbox.expiring` when the running sandbox's deadline (read here: an extension may
+    have moved it) is within `lead_s`: its deadline and whether it was announced; None once
+    it no longer runs."""
+    async with sessions.begin() as session:
+        row = await session.get(models.SandboxRow, sandbox_id)
+        if row is None or row.status != "running":
+            return None
+        if row.expires_at - timedelta(seconds=lead_s) > utc_now():
+            return row.expires_at, False
+        await _announce(session, row, "sandbox.expiring")
+        return row.expires_at, True
 
 
 async def extend(
