@@ -56,32 +56,45 @@ class SandboxCreate(SandboxRequest):
 
 class SandboxOut(WireModel):
     id: str = Field(examples=["sbx_01JD8Z6V0Q5W3M9B2C7K4T1R8E"])
+    """The sandbox's id."""
     status: Literal["starting", "running", "ended"]
+    """`running` from the create's answer on; `ended` once deleted, expired or lost."""
     image: str = Field(examples=["default"])
     """The catalogue image's name."""
     network: Literal["none", "egress"]
+    """`none`: no network; `egress`: outbound, never the service's own hosts."""
     cpus: float
+    """CPU cores."""
     memory_mb: int
+    """Memory in MiB."""
     disk_mb: int
+    """Size of the workdir (RAM-backed), in MiB."""
     allow_domains: list[str]
+    """With `egress` by name: the names the sandbox may reach."""
     read_only_rootfs: bool
+    """Whether the image's own files are read-only."""
     metadata: dict[str, str]
+    """The caller's labels."""
     workdir: str = Field(examples=["/testbed"])
     """Where relative paths and commands without `cwd` start."""
     created_at: datetime
+    """When it was asked for."""
     expires_at: datetime
     """When it is removed unless extended first."""
     ended_at: datetime | None
+    """When it ended; null while it runs."""
     end_reason: Literal["deleted", "expired", "worker_lost", "failed"] | None
     """`deleted` by a caller; `expired` at `expires_at`; `worker_lost`: the worker holding it
     stopped (an infrastructure failure; its container is removed); `failed` to start."""
     error: str | None
+    """Why it was lost or could not start."""
     commands: int
     """Commands run in it so far (`GET …/commands` lists them)."""
 
 
 class SandboxList(WireModel):
     items: list[SandboxOut]
+    """One page, newest first."""
     next_cursor: str | None
     """Pass as `cursor` for the next page; null on the last one."""
 
@@ -97,14 +110,17 @@ class ExecRequest(_Strict):
     argv: list[Annotated[str, Field(max_length=256 * 1024)]] | None = Field(
         default=None, min_length=1, max_length=65_536, examples=[["ls", "-la"]]
     )
+    """The program and its arguments, run as they are (no shell)."""
     command: str | None = Field(default=None, min_length=1, max_length=1024 * 1024)
     """A shell command line (`sh -c`); exactly one of `argv` and `command`."""
     stdin: str | None = None
     """What the command reads on its standard input (none: it reads EOF at once)."""
     stdin_encoding: Literal["utf-8", "base64"] = "utf-8"
+    """`base64` for bytes that are not text."""
     cwd: str | None = Field(default=None, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")
     """Where it runs; relative: below the workdir; none: the workdir."""
     env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    """Variables for this command, over the sandbox's own."""
     user: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*$"
     )
@@ -128,35 +144,55 @@ class ExecRequest(_Strict):
 
 class ExecResult(WireModel):
     command_id: str = Field(examples=["cmd_01JD8Z6V0Q5W3M9B2C7K4T1R8E"])
+    """Its entry in the sandbox's command log."""
     exit_code: int | None
     """Its exit status (128+N when signal N killed it; 126 when it could not start, the
     reason in `stderr`); null when it timed out."""
     timed_out: bool
+    """It ran past its timeout and was killed with everything it started."""
     stdout: str
+    """Its standard output, in `encoding` (the head, when truncated)."""
     stderr: str
+    """Its standard error, in `encoding`."""
     encoding: Literal["utf-8", "base64"]
+    """The request's `output_encoding`."""
     stdout_truncated: bool
+    """More was printed than `max_output_bytes`: the rest was dropped."""
     stderr_truncated: bool
+    """As `stdout_truncated`, for stderr."""
     duration_ms: int
+    """From its start to its end in the sandbox."""
 
 
 class CommandOut(WireModel):
     """One entry of a sandbox's command log: who ran what and how it ended."""
 
     id: str
+    """The command's id (`command_id` of its answer)."""
     seq: int
+    """1, 2, … in the order the sandbox's commands ended."""
     argv: list[str] | None
+    """As asked: the argv, or null for a shell line."""
     command: str | None
+    """As asked: the shell line, or null for an argv."""
     user: str | None
+    """The user it ran as; null: root."""
     cwd: str | None
+    """The directory asked for; null: the workdir."""
     exit_code: int | None
+    """Its exit status; null when it timed out."""
     timed_out: bool
+    """It was killed at its timeout."""
     duration_ms: int
+    """How long it ran."""
     started_at: datetime
+    """When the API sent it."""
     key_id: str | None
     """The API key that ran it."""
 
 
 class CommandList(WireModel):
     items: list[CommandOut]
+    """One page, in the order the commands ended."""
     next_cursor: str | None
+    """Pass as `cursor` for the next page; null on the last one."""
