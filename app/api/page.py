@@ -1,9 +1,10 @@
 """The browser page: `GET /` and its static files from `app/web/`, with no build step.
 
 The page is plain HTML, CSS and its own scripts (the task view, the Experiments
-view, and Chart.js vendored for its plots) that talk to the public `/v1` API like
-any other client. It is served with a strict Content-Security-Policy (its
-own scripts only, no inline script) and it inserts model output only as text.
+view, the Sandboxes view, and Chart.js vendored for its plots) that talk to the
+public `/v1` API like any other client. It is served with a strict
+Content-Security-Policy (its own scripts only, no inline script) and it inserts
+model output and sandbox commands only as text.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ ASSETS = {
     "task_files.js": "text/javascript; charset=utf-8",
     "task_list.js": "text/javascript; charset=utf-8",
     "compare.js": "text/javascript; charset=utf-8",
+    "sandboxes.js": "text/javascript; charset=utf-8",
     "chart.umd.min.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
     "experiments.css": "text/css; charset=utf-8",
     "task_view.css": "text/css; charset=utf-8",
     "task_list.css": "text/css; charset=utf-8",
+    "sandboxes.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
 VENDORED = {"chart.umd.min.js": "vendor/chart.umd.min.js"}

@@ -191,7 +191,7 @@
       profiles.refresh();
       limits.refresh();
       if (router.view) router.view.reconnectNow();
-      if (window.Sandhive.experiments) window.Sandhive.experiments.refresh();
+      for (const name of OTHER_VIEWS) if (window.Sandhive[name]) window.Sandhive[name].refresh();
     },
     label() {
       $("#key-toggle").textContent = !auth.key ? "API key" : this.rejected ? "API key ✗ refused" : "API key ✓";
@@ -1008,6 +1008,8 @@
 
   // ------------------------------------------------------------------ routing
 
+  const OTHER_VIEWS = ["experiments", "sandboxes"];
+
   const router = {
     view: null,
     init() {
@@ -1016,13 +1018,20 @@
       this.route();
     },
     route() {
-      // The Experiments view (experiments.js) owns #/experiments…; this router, the rest.
-      const other = window.Sandhive.experiments;
-      const elsewhere = Boolean(other && other.claims(location.hash));
-      document.body.classList.toggle("in-experiments", elsewhere);
+      // Views of their own own their hashes: experiments.js #/experiments…, sandboxes.js
+      // #/sandboxes…, each drawn in the <main> of its name; this router, the rest (tasks).
+      const owner = OTHER_VIEWS.find((name) => window.Sandhive[name] && window.Sandhive[name].claims(location.hash)) || null;
+      for (const link of document.querySelectorAll("[data-nav]")) {
+        if (link.dataset.nav === (owner || "tasks")) link.setAttribute("aria-current", "page");
+        else link.removeAttribute("aria-current");
+      }
+      const elsewhere = Boolean(owner);
+      document.body.classList.toggle("in-experiments", owner === "experiments");
       show($("#tasks-main"), !elsewhere);
-      show($("#experiments"), elsewhere);
-      if (other) other.route(elsewhere ? location.hash : null);
+      for (const name of OTHER_VIEWS) {
+        show($(`#${name}`), owner === name);
+        if (window.Sandhive[name]) window.Sandhive[name].route(owner === name ? location.hash : null);
+      }
       if (elsewhere) {
         if (this.view) this.view.stop();
         this.view = null;
@@ -1059,7 +1068,7 @@
     },
   };
 
-  // What experiments.js (loaded after this script) builds on: one API client, one way to
+  // What experiments.js and sandboxes.js (loaded after this script) build on: one API client, one way to
   // insert text, one connection badge.
   window.Sandhive = { el, show, api, apiJson, auth, conn, download, formatAgo, formatBytes, formatMs };
   // task_list.js and compare.js: the open task (to highlight it) and errors with their details.

@@ -1273,11 +1273,6 @@
     },
     /** The hash when it is this view's, else null (the task view's turn). */
     route(hash) {
-      for (const link of document.querySelectorAll("[data-nav]")) {
-        const active = link.dataset.nav === (hash ? "experiments" : "tasks");
-        if (active) link.setAttribute("aria-current", "page");
-        else link.removeAttribute("aria-current");
-      }
       if (hash === this.hash) return;
       this.hash = hash;
       if (this.view) this.view.stop();

@@ -9,6 +9,7 @@ Docker. The server is module-scoped so that Inspect's conformance checks share o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,5 +83,11 @@ def sandhive_api(
     log_dir: Path = tmp_path_factory.mktemp("sandhive-inspect")
     with cluster(settings, log_dir) as procs:
         procs.start_api()
-        procs.start_worker("inspect-worker")
+        worker = procs.start_worker("inspect-worker")
+        log = log_dir / "inspect-worker.log"
+        deadline = time.monotonic() + 60
+        while "ready with" not in log.read_text(errors="replace"):
+            assert worker.poll() is None, f"the worker exited early:\n{procs.logs()}"
+            assert time.monotonic() < deadline, f"the worker never got ready:\n{procs.logs()}"
+            time.sleep(0.05)
         yield SandhiveAPI(procs.base_url, created.key, created.id, procs)

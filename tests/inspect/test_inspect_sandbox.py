@@ -10,6 +10,7 @@ sandbox's command log on the server.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: F403
 from sandhive_client import AsyncSandhive
 from sandhive_client.inspect_sandbox import SandhiveSandboxConfig, SandhiveSandboxEnvironment
 
-from tests.inspect.conftest import SandhiveAPI
+from tests.inspect.conftest import SandhiveAPI, make_key
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the shared sandbox's client lives there
 
@@ -77,8 +78,56 @@ def tool_call(tool: str, arguments: dict[str, str]) -> ModelOutput:
     return output
 
 
-# inspect-ai 0.3.285 builds its model retry policy with tenacity's deprecated `initial=`
+async def test_a_config_file_a_refused_key_and_cli_cleanup(
+    sandhive_api: SandhiveAPI, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--sandbox sandhive:sandhive.yaml`, the server and key from the environment, a bad
+    key refused before any sample, and `inspect sandbox cleanup sandhive [ID]` (a tenant of
+    its own, so the shared sandbox of the checks is not its to delete)."""
+    bad = SandhiveSandboxConfig(url=sandhive_api.base_url, api_key="shv_0_not-a-key")
+    with pytest.raises(RuntimeError, match="SANDHIVE_API_KEY"):
+        await SandhiveSandboxEnvironment.task_init("refused", bad)
+
+    other = await asyncio.to_thread(make_key, database_url, "inspect-cleanup")
+    monkeypatch.setenv("SANDHIVE_URL", sandhive_api.base_url)
+    monkeypatch.setenv("SANDHIVE_API_KEY", other.key)
+    config = tmp_path / "sandhive.yaml"
+    config.write_text("image: default\nttl_s: 900\nmetadata:\n  suite: cli\n")
+    await SandhiveSandboxEnvironment.task_init("cli_task", str(config))
+    made = [
+        await SandhiveSandboxEnvironment.sample_init("cli_task", str(config), {"__sample_id__": n})
+        for n in (1, 2)
+    ]
+    envs = [m["default"].as_type(SandhiveSandboxEnvironment) for m in made]
+    try:
+        first, second = (env.sandbox for env in envs)
+        assert first.info.metadata == {
+            "created_by": "inspect",
+            "inspect_task": "cli_task",
+            "inspect_sample": "1",
+            "suite": "cli",
+        }
+        assert 800 < (first.info.expires_at - first.info.created_at).total_seconds() <= 905
+        assert (await envs[1].exec(["cat", "/etc/hostname"])).success
+
+        await SandhiveSandboxEnvironment.cli_cleanup(first.id)
+        assert (await first.refresh()).end_reason == "deleted"
+        assert (await second.refresh()).status == "running"
+        await SandhiveSandboxEnvironment.cli_cleanup(None)
+        assert (await second.refresh()).end_reason == "deleted"
+    finally:
+        for env in envs:
+            await env.client.close()
+
+
+# Two warnings of inspect-ai 0.3.285 itself, with any sandbox ("local" too): its model retry
+# policy uses tenacity's deprecated `initial=`, and its sample event emitter
+# (inspect_ai/hooks/_hooks.py) never closes the receive end of its memory stream.
 @pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <function MemoryObjectReceiveStream.__del__"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
 async def test_an_eval_runs_its_bash_tool_in_a_sandhive_sandbox(
     sandhive_api: SandhiveAPI, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ def fill(
         .replace("{experiment_id}", experiment_id)
         .replace("{webhook_id}", webhook_id)
         .replace("{episode_id}", "epi_01JZZZZZZZZZZZZZZZZZZZZZZZ")
+        .replace("{sandbox_id}", "sbx_01JZZZZZZZZZZZZZZZZZZZZZZZ")
     )
 
 
@@ -119,6 +120,14 @@ async def call(
         body = {"prompt": "p"}
     if method == "POST" and path.endswith("/step"):
         body = {"message": {"role": "assistant", "content": "hi"}}
+    if (method, path) == ("POST", "/v1/sandboxes"):
+        body = {}
+    if method == "POST" and path.endswith(("/exec", "/exec/stream")):
+        body = {"argv": ["true"]}
+    if method == "POST" and path.endswith("/ttl"):
+        body = {"ttl_s": 60}
+    if path.startswith("/v1/sandboxes/") and "/files" in path:
+        params = {**(params or {}), "path": "answer.txt"}
     if (method, path) == ("POST", "/v1/experiments/upload"):
         spec = json.dumps({k: v for k, v in EXPERIMENT.items() if k != "dataset"})
         rows = "".join(json.dumps(row) + "\n" for row in EXPERIMENT["dataset"]["rows"])
@@ -161,10 +170,10 @@ async def test_every_operation_but_the_public_ones_needs_a_valid_key(
 
 def passing(method: str, template: str) -> tuple[int, ...]:
     """What a valid key gets from an operation here (no worker runs in these tests)."""
-    if (method, template) == ("POST", "/v1/episodes"):
-        return (503,)  # let through, then: no worker to open it
-    if "{episode_id}" in template:
-        return (404,)  # let through to an episode that does not exist
+    if (method, template) in (("POST", "/v1/episodes"), ("POST", "/v1/sandboxes")):
+        return (503,)  # let through, then: no worker to open or start it
+    if "{episode_id}" in template or "{sandbox_id}" in template:
+        return (404,)  # let through to an episode or a sandbox that does not exist
     if "{webhook_id}" in template:
         return (200, 204, 404)  # the subscription (gone once its DELETE came first)
     if "{delivery_id}" in template:
