@@ -51,7 +51,8 @@ _EVENTS: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {"text/event-stream": {}},
         "description": "`output` events ({stream, data}) as the command prints, then one"
-        " `exit` event: the command's result (its output already sent)",
+        " `exit` event: the command's result (its output already sent); or, when it broke"
+        " off once sent (its worker lost), an `error` event ({code, message, details})",
     }
 }
 _PATH_DOC = "A path in the sandbox; relative ones are below its workdir (/testbed)."

@@ -186,3 +186,30 @@ async def test_metrics_count_sandboxes_and_commands(
                 text = (await plain.get(f"http://127.0.0.1:{port}/metrics")).text
             assert "sandhive_worker_api_sandboxes 1.0" in text
             assert "sandhive_worker_api_sandbox_commands_total 1.0" in text
+
+
+async def test_a_stream_whose_worker_dies_ends_with_an_error_event(
+    sandbox_settings: Settings, api: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    with ready_worker(sandbox_settings, tmp_path / "worker.log") as holder:
+        sid = (await create(api))["id"]
+        async with (
+            live_server(sandbox_settings) as live,
+            httpx.AsyncClient(base_url=live.base_url, timeout=60) as http,
+            http.stream(
+                "POST",
+                f"/v1/sandboxes/{sid}/exec/stream",
+                json={"command": "echo up; sleep 60"},
+                headers=ALICE,
+            ) as response,
+        ):
+            assert response.status_code == 200
+            events = []
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    if len(events) == 1:  # the output is flowing: kill its worker
+                        os.kill(holder.pid, signal.SIGKILL)
+    assert events[0] == {"stream": "stdout", "data": "up\n"}
+    assert events[-1]["code"] == "unavailable"
+    assert "lost" in events[-1]["message"]

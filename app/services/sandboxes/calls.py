@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -257,16 +258,14 @@ async def exec_stream(
     body: ExecRequest,
 ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     """The command's output as it comes (`("output", {stream, data})`), then
-    `("exit", result)`; errors before the first output raise (the route answers them)."""
+    `("exit", result)`. What is wrong with the request raises at once (the route answers
+    it); what goes wrong once it was sent (its worker lost, say) is an `("error", …)` event
+    in the contract's error shape, the stream's last."""
     cmd = command(settings, body, stream=True)
     box = await held(sessions, redis, tenant, sandbox_id)
     started_at, command_id = utc_now(), new_command_id()
     sent = await _send(redis, box, cmd)
-    deadline = time.monotonic() + cmd.timeout_s + GRACE_S
-    first = await _reply(sessions, redis, box, sent, cmd.timeout_s + GRACE_S)
-    return _streamed(
-        sessions, redis, box, cmd, sent, first, deadline, key_id, started_at, command_id
-    )
+    return _streamed(sessions, redis, box, cmd, sent, key_id, started_at, command_id)
 
 
 async def _streamed(
@@ -275,22 +274,26 @@ async def _streamed(
     box: Held,
     cmd: Command,
     sent: bus.Sent,
-    reply: dict[str, Any],
-    deadline: float,
     key_id: str | None,
-    started_at: Any,
+    started_at: datetime,
     command_id: str,
 ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    deadline = time.monotonic() + cmd.timeout_s + GRACE_S
     finished = False
     try:
-        while "output" in reply:
-            chunk = base64.b64decode(reply["output"]["data"])
-            data = _encoded(chunk, cmd.encoding)
+        while True:
+            left = max(deadline - time.monotonic(), 1.0)
+            reply = await _reply(sessions, redis, box, sent, left)
+            if "output" not in reply:
+                break
+            data = _encoded(base64.b64decode(reply["output"]["data"]), cmd.encoding)
             yield "output", {"stream": reply["output"]["stream"], "data": data}
-            reply = await _reply(sessions, redis, box, sent, max(deadline - time.monotonic(), 1))
         result = await _ended(sessions, box, cmd, reply, key_id, started_at, command_id)
         finished = True
         yield "exit", result.model_dump(mode="json")
+    except AppError as exc:
+        finished = True
+        yield "error", {"code": exc.code, "message": exc.message, "details": exc.details}
     finally:
         if not finished:
             with suppress(RedisError, OSError):
@@ -308,7 +311,7 @@ async def _ended(
     cmd: Command,
     reply: dict[str, Any],
     key_id: str | None,
-    started_at: Any,
+    started_at: datetime,
     command_id: str,
 ) -> ExecResult:
     if "exit" not in reply:
