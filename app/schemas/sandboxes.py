@@ -43,7 +43,7 @@ class SandboxCreate(SandboxRequest):
     """Seconds it lives unless extended (`POST …/ttl`) or deleted; at most the server's
     `SANDHIVE_SANDBOX_MAX_LIFETIME_S` from its creation (422 beyond)."""
     metadata: dict[Key, Value] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
-    """Labels of the caller's own (`GET /v1/sandboxes?metadata=key:value` filters by them)."""
+    """Labels of the caller's own (`GET /v1/sandboxes?metadata.<key>=<value>` filters by them)."""
     env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     """Variables every command sees (a command's own `env` wins)."""
     read_only_rootfs: bool = True

@@ -87,6 +87,11 @@
     );
   }
 
+  /** Replace a node's children, leaving out the null ones (optional parts). */
+  function fill(node, ...children) {
+    node.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
+  }
+
   function problem(error, prefix) {
     return el("div", { class: "error", role: "alert" }, S.errorView ? S.errorView(error, prefix) : `${prefix}: ${error.message}`);
   }
@@ -117,6 +122,7 @@
       this.busy = false;
       this.timer = null;
       this.signature = "";
+      this.failed = false; // the last request was refused: no "No sandboxes yet"
       this.generation = 0; // a new key starts a new one: older answers are dropped
     }
 
@@ -206,10 +212,12 @@
       if (cursor) params.set("cursor", cursor);
       try {
         const page = await apiJson(`/v1/sandboxes?${params}`);
+        this.failed = false;
         this.errorNode.replaceChildren();
         return page;
       } catch (error) {
         if (this.stopped) return null;
+        this.failed = true;
         if (error.status === 401) {
           // Refused: what the previous key listed is not this visitor's to see.
           this.items = [];
@@ -224,7 +232,7 @@
     draw() {
       const signature = JSON.stringify(this.items);
       show(this.more, Boolean(this.cursor));
-      this.note.textContent = this.items.length ? "" : "No sandboxes yet: POST /v1/sandboxes makes one (docs/sandboxes.md).";
+      this.note.textContent = this.items.length || this.failed ? "" : "No sandboxes yet: POST /v1/sandboxes makes one (docs/sandboxes.md).";
       if (signature === this.signature) return;
       this.signature = signature;
       this.body.replaceChildren(
@@ -435,7 +443,8 @@
       const until = box.ended_at
         ? ["ended", el("span", {}, `${fullTime(box.ended_at)} (`, when(box), ")")]
         : ["expires", el("span", {}, when(box), ` (${fullTime(box.expires_at)})`)];
-      this.head.replaceChildren(
+      fill(
+        this.head,
         this.back(),
         el("div", { class: "row" }, statusBadge(box, "sbx-status"), el("h1", { class: "exp-title" }, el("code", { id: "sbx-id", text: box.id }))),
         el(

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from sandhive_client import (
     AsyncSandhive,
+    CommandStreamError,
     Conflict,
     ExecOutput,
     ExecResult,
@@ -48,8 +49,16 @@ class Tenants:
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    """The client tests' server with API keys on (two tenants) and a small file limit."""
-    return settings.model_copy(update={"auth": "keys", "sandbox_files_max_bytes": FILES_MAX_BYTES})
+    """The client tests' server with API keys on (two tenants), a small file limit, and fast
+    heartbeats (a killed worker is noticed within a second or two)."""
+    return settings.model_copy(
+        update={
+            "auth": "keys",
+            "sandbox_files_max_bytes": FILES_MAX_BYTES,
+            "worker_heartbeat_s": 0.2,
+            "worker_lease_s": 1.0,
+        }
+    )
 
 
 @pytest.fixture
@@ -194,6 +203,26 @@ def test_exec_stream_yields_output_while_the_command_runs(client: Sandhive) -> N
         assert by_stream == {"stdout": b"first\n", "stderr": b"second\n"}
         assert (result.exit_code, result.stdout, result.stderr) == (4, b"first\n", b"second\n")
         assert sb.commands().items[-1].command == "echo first; sleep 3; echo second >&2; exit 4"
+
+
+def test_a_stream_its_worker_loses_ends_in_command_stream_error(
+    client: Sandhive, live: Cluster
+) -> None:
+    sb = client.sandboxes.create(ttl_s=300)
+    stream = sb.exec_stream("echo started; sleep 60")
+    first = next(stream)
+    assert isinstance(first, ExecOutput)
+    assert first.data == b"started\n"
+    (worker,) = [p for p in live.procs if "worker" in p.args]
+    worker.kill()  # SIGKILL: no goodbye, its sandbox and the command with it
+    worker.wait()
+    started = time.monotonic()
+    with pytest.raises(CommandStreamError) as broke:
+        next(stream)
+    assert time.monotonic() - started < 30
+    assert broke.value.code == "unavailable"
+    assert sb.id in str(broke.value)
+    assert sb.refresh().end_reason == "worker_lost"
 
 
 def test_ttl_list_delete_and_tenants(client: Sandhive, live: Cluster, tenants: Tenants) -> None:

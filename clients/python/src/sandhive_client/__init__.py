@@ -19,6 +19,7 @@ from sandhive_client.client import Sandbox, Sandhive
 from sandhive_client.errors import (
     APIError,
     BadRequest,
+    CommandStreamError,
     Conflict,
     ConnectionFailed,
     Forbidden,
@@ -73,6 +74,7 @@ __all__ = [
     "BatchResult",
     "Command",
     "CommandPage",
+    "CommandStreamError",
     "Conflict",
     "ConnectionFailed",
     "Event",

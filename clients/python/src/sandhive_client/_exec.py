@@ -2,8 +2,9 @@
 
 The server sends `output` events (`{"stream", "data"}`, base64 as the client asks) while
 the command runs, then one `exit` event with its result, whose stdout and stderr are
-empty: they were the output events. The result handed to the caller carries the whole
-output again, as `Sandbox.exec` gives it.
+empty: they were the output events; or, when something broke after the command was sent,
+an `error` event in the API's error shape (CommandStreamError). The result handed to the
+caller carries the whole output again, as `Sandbox.exec` gives it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ class StreamedExec:
                 update={"stdout": bytes(self._out["stdout"]), "stderr": bytes(self._out["stderr"])}
             )
             return self.result
-        if frame.event == "error":
-            raise errors.SandhiveError(
-                f"the command stream of {self.sandbox_id} failed: {frame.data}"
+        if frame.event == "error":  # the contract's error shape, the stream's last event
+            error = _object(frame)
+            raise errors.CommandStreamError(
+                self.sandbox_id,
+                str(error.get("code", "error")),
+                str(error.get("message", frame.data[:500])),
+                error.get("details"),
             )
         return None
 

@@ -405,7 +405,9 @@ class Sandbox:
         max_output_bytes: int | None = None,
     ) -> Iterator[ExecOutput | ExecResult]:
         """As `exec`, but yields the output while the command runs: `ExecOutput` pieces
-        (`stream`, `data` bytes), then the `ExecResult` (with the whole output) last."""
+        (`stream`, `data` bytes), then the `ExecResult` (with the whole output) last.
+        CommandStreamError when the server ends the stream with an error (e.g. its worker
+        was lost after the command was sent)."""
         body = _calls.exec_body(
             cmd,
             stdin=stdin,

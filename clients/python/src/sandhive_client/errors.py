@@ -139,6 +139,19 @@ class SandboxFileTooLarge(SandboxFileError, TooLarge):
     errno_value = errno.EFBIG
 
 
+class CommandStreamError(SandhiveError):
+    """A streamed command's stream ended with the server's `error` event: something broke
+    after the command was sent (e.g. its worker was lost, `code` `unavailable`), so it may
+    have run in part (`Sandbox.commands()` says what the log kept)."""
+
+    def __init__(self, sandbox_id: str, code: str, message: str, details: Any) -> None:
+        super().__init__(f"the command stream of {sandbox_id} broke off: {code}: {message}")
+        self.sandbox_id = sandbox_id
+        self.code = code
+        self.message = message
+        self.details = details
+
+
 class ConnectionFailed(SandhiveError):
     """The server could not be reached, or the connection broke before an answer."""
 
