@@ -4,7 +4,12 @@
 # needs Python >= 3.12 and these hosts have Debian 12's 3.11. Run under `chroot`, it shares
 # the host's network, so it reaches a server on 127.0.0.1.
 #
-# Idempotent: does nothing when ROOT already has this HARBOR_VERSION. Built in ROOT.new and
+# It also holds this checkout's Python client (clients/python), for Sandhive's Harbor
+# environment (`sandhive_client.harbor_env`, docs/harbor.md, tests/harbor): re-installed on
+# every run, so it always matches the checkout, and offline (no dependencies: Harbor brings
+# httpx and pydantic; its build backend from the setuptools wheel Debian's python3-venv ships).
+#
+# Idempotent: builds the root only when ROOT lacks this HARBOR_VERSION. Built in ROOT.new and
 # moved into place at the end, so an interrupted build is never taken for a ready one.
 #
 # Usage: deploy/harbor-root.sh   (ROOT: $SANDHIVE_HARBOR_ROOT, default /var/lib/sandhive/harbor-root)
@@ -13,9 +18,23 @@ set -euo pipefail
 root="${SANDHIVE_HARBOR_ROOT:-/var/lib/sandhive/harbor-root}"
 version="0.26.0"
 check="import importlib.metadata as m; assert m.version('harbor') == '$version'"
+checkout="$(cd "$(dirname "$0")/.." && pwd)"
+
+install_client() {  # $1: a root with /opt/harbor
+    rm -rf "$1/opt/sandhive-client"
+    mkdir -p "$1/opt/sandhive-client"
+    cp -r "$checkout/clients/python/pyproject.toml" "$checkout/clients/python/README.md" \
+        "$checkout/clients/python/src" "$1/opt/sandhive-client/"
+    rm -rf "$1/opt/sandhive-client/src/"*.egg-info
+    env -u PIP_FIND_LINKS -u PIP_INDEX_URL chroot "$1" /opt/harbor/bin/pip install -q \
+        --disable-pip-version-check --no-deps --force-reinstall --no-index \
+        --find-links /usr/share/python-wheels /opt/sandhive-client
+    chroot "$1" /opt/harbor/bin/python -c "import sandhive_client.harbor_env"
+}
 
 if [[ -x "$root/opt/harbor/bin/python" ]] && chroot "$root" /opt/harbor/bin/python -c "$check" 2>/dev/null; then
-    echo "harbor $version root already in $root"
+    install_client "$root"
+    echo "harbor $version root already in $root; sandhive-client installed from $checkout"
     exit 0
 fi
 mirror="${MIRROR:-}"
@@ -36,5 +55,6 @@ cp -L /etc/resolv.conf "$new/etc/resolv.conf"
 chroot "$new" python3 -m venv /opt/harbor
 env -u PIP_FIND_LINKS chroot "$new" /opt/harbor/bin/pip install -q --disable-pip-version-check "harbor==$version"
 chroot "$new" /opt/harbor/bin/python -c "$check"
+install_client "$new"
 rm -rf "$root" && mv "$new" "$root"
-echo "harbor $version root ready in $root"
+echo "harbor $version root ready in $root, with sandhive-client from $checkout"

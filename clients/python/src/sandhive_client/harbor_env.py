@@ -343,23 +343,17 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
     # -- files ------------------------------------------------------------------------
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-            archive.add(str(source_path), arcname=posixpath.basename(target_path), filter=_as_root)
-        await self._untar(buffer.getvalue(), posixpath.dirname(target_path) or "/")
+        name = posixpath.basename(target_path)
+        payload = await asyncio.to_thread(_pack, [(Path(source_path), name)])
+        await self._untar(payload, posixpath.dirname(target_path) or "/")
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-            for child in sorted(Path(source_dir).iterdir()):
-                archive.add(str(child), arcname=child.name, filter=_as_root)
-        await self._untar(buffer.getvalue(), target_dir)
+        payload = await asyncio.to_thread(_pack_children, Path(source_dir))
+        await self._untar(payload, target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         data = await self._require().files.read(source_path)
-        target = Path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        await asyncio.to_thread(_write, Path(target_path), data)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         done = await self._require().exec(["tar", "-czf", "-", "-C", source_dir, "."])
