@@ -4,7 +4,8 @@ Imported by `app.llm.openai` (and its stream reader). With `llm.capture` the req
 asks for the sampled tokens' log-probabilities (`logprobs: true`, standard OpenAI) and
 their ids (`return_token_ids: true`: vLLM >= 0.10.2 returns a top-level
 `prompt_token_ids` and `choices[0].token_ids`, streamed or not; SGLang returns them per
-choice, not streamed, or in its `sglext` extension). Whatever the server returned is
+choice, not streamed, or in its `sglext` extension; llama.cpp ignores the field but names
+each sampled token's `id` in its logprob entry, streamed or not). Whatever the server returned is
 read here from the one chat.completion shape both paths produce (`app.llm.sse`
 assembles a stream into it); what it did not return stays None, never guessed.
 """
@@ -36,6 +37,8 @@ def capture_of(
     token_ids = _ints(choice.get("token_ids"))
     if token_ids is None:
         token_ids = _ints(ext.get("completion_token_ids"))
+    if token_ids is None:
+        token_ids = sampled_ids(choice.get("logprobs"))
     return {
         "request": [dict(message) for message in messages],
         "tools": [dict(tool) for tool in tools],
@@ -49,15 +52,28 @@ def capture_of(
 
 def sampled_logprobs(value: Any) -> list[float] | None:
     """The log-probability of each sampled token (`logprobs.content[i].logprob`)."""
+    found = _per_token(value, "logprob", (int, float))
+    return None if found is None else [float(logprob) for logprob in found]
+
+
+def sampled_ids(value: Any) -> list[int] | None:
+    """Each sampled token's id where the server names it in its logprob entry
+    (`logprobs.content[i].id`: llama.cpp); None unless every entry has one."""
+    found = _per_token(value, "id", (int,))
+    return None if found is None else [int(token) for token in found]
+
+
+def _per_token(value: Any, field: str, kinds: tuple[type, ...]) -> list[Any] | None:
+    """`field` of every `logprobs.content` entry; None if any lacks it (or bool: not a number)."""
     content = value.get("content") if isinstance(value, dict) else None
     if not isinstance(content, list):
         return None
-    found: list[float] = []
+    found: list[Any] = []
     for entry in content:
-        logprob = entry.get("logprob") if isinstance(entry, dict) else None
-        if not isinstance(logprob, int | float):
+        item = entry.get(field) if isinstance(entry, dict) else None
+        if not isinstance(item, kinds) or isinstance(item, bool):
             return None
-        found.append(float(logprob))
+        found.append(item)
     return found
 
 

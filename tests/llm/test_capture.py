@@ -152,3 +152,38 @@ async def test_a_server_refusing_token_ids_is_asked_again_for_logprobs_only() ->
     assert got["logprobs"] == [-0.25]
     assert got["token_ids"] is None
     assert got["prompt_token_ids"] is None
+
+
+async def test_llama_cpps_ids_in_its_logprob_entries_are_the_completion_ids() -> None:
+    """llama.cpp ignores `return_token_ids` but names each sampled token's `id` in its
+    logprob entry: those are the completion's ids (no prompt ids: it sends none)."""
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "ok!"},
+                "logprobs": {
+                    "content": [
+                        {"id": 566, "token": "ok", "logprob": -0.25, "bytes": [111, 107]},
+                        {"id": 17, "token": "!", "logprob": -1.5, "bytes": [33]},
+                    ]
+                },
+            }
+        ]
+    }
+
+    async def reply(_body: dict[str, Any]) -> tuple[int, str, bytes]:
+        return 200, "application/json", json.dumps(answer).encode()
+
+    async with planned_server([reply]) as (url, _seen):
+        model = OpenAIChatModel(
+            base_url=url, api_key="", model="m", capture=True, stream=False, max_retries=0
+        )
+        try:
+            got = captured(await model.complete(USER, TOOLS))
+        finally:
+            await model.aclose()
+    assert got["token_ids"] == [566, 17]
+    assert got["logprobs"] == [-0.25, -1.5]
+    assert got["prompt_token_ids"] is None

@@ -23,6 +23,7 @@ from app.agent.tools import NO_TOOL_CALL_NUDGE, tool_schemas
 from app.api.app import create_app
 from app.bus import keys
 from app.config import Settings
+from app.llm.openai import OpenAIChatModel
 from app.worker.pool import Worker
 from tests.api.conftest import serve
 from tests.real_llm.conftest import ALIAS, RealServer
@@ -300,3 +301,35 @@ async def test_a_tool_call_cut_off_by_max_tokens_ends_the_task_cleanly(
             assert steps[0]["thought"] == "", "llama.cpp streams no part of an unfinished call"
         else:
             assert steps[0]["thought"].startswith("<tool_call>"), steps[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_llama_cpp_gives_each_sampled_tokens_id_and_they_detokenize_to_the_answer(
+    real_llm: RealServer, stream: bool
+) -> None:
+    """With capture on, the completion's token ids come from llama.cpp's logprob entries
+    (it ignores `return_token_ids`): one id per logprob, as many as it counted, and its own
+    `/detokenize` turns them back into the answer's text."""
+    model = OpenAIChatModel(
+        base_url=real_llm.base_url,
+        api_key="",
+        model=ALIAS,
+        capture=True,
+        stream=stream,
+        temperature=0,
+        max_tokens=12,
+        max_retries=0,
+    )
+    try:
+        completion = await model.complete([{"role": "user", "content": "Say hello."}], [])
+    finally:
+        await model.aclose()
+    capture = completion.capture
+    assert capture is not None
+    ids, logprobs = capture["token_ids"], capture["logprobs"]
+    assert ids, capture
+    assert len(ids) == len(logprobs) == completion.completion_tokens
+    root = real_llm.base_url.removesuffix("/v1")
+    async with httpx.AsyncClient() as http:
+        text = (await http.post(f"{root}/detokenize", json={"tokens": ids})).json()["content"]
+    assert text == completion.content

@@ -275,7 +275,9 @@ class _State:
         into_dir = dest.endswith("/") or len(sources) > 1 or any(_is_glob(s) for s in sources)
         absolute = posixpath.normpath(posixpath.join(self.workdir, dest))
         flags = {
-            name: _word(value, self.variables(), line) for name, value in instruction.flags.items()
+            name: _word(value, self.variables(), line)
+            for name, value in instruction.flags.items()
+            if name != "link"  # a layer-caching hint: nothing to do in a sandbox
         }
         return Copy(
             sources=tuple(posixpath.normpath(s.lstrip("/")) for s in sources),
@@ -312,9 +314,12 @@ def _check(instruction: Instruction) -> None:
 
 
 def _instructions(text: str) -> list[Instruction]:
-    """Logical lines: comments dropped, `\\`-continued lines joined, flags split off."""
+    """Logical lines as Docker's parser makes them: comment lines dropped, a line ending in
+    the escape character (blanks after it allowed) joined to the next one as it is (no
+    separator added), empty and comment lines inside a continuation skipped."""
     lines = text.splitlines()
     escape, number = _directives(lines)
+    continued = re.compile(re.escape(escape) + r"[ \t]*$")
     found: list[Instruction] = []
     while number < len(lines):
         start = number + 1
@@ -322,17 +327,18 @@ def _instructions(text: str) -> list[Instruction]:
         number += 1
         if not stripped or stripped.startswith("#"):
             continue
-        parts = [stripped]
-        while parts[-1].endswith(escape):
-            parts[-1] = parts[-1][: -len(escape)]
-            # comment lines inside a continuation are dropped and keep it going
-            while number < len(lines) and lines[number].strip().startswith("#"):
+        logical = lines[number - 1].lstrip()
+        while (end := continued.search(logical)) is not None:
+            logical = logical[: end.start()]
+            while number < len(lines) and (
+                not lines[number].strip() or lines[number].lstrip().startswith("#")
+            ):
                 number += 1
             if number == len(lines):
                 break
-            parts.append(lines[number].strip())
+            logical += lines[number]
             number += 1
-        found.append(_instruction(" ".join(parts).strip(), start))
+        found.append(_instruction(logical.strip(), start))
     return found
 
 

@@ -104,7 +104,6 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._dockerfile: Dockerfile | None = None
-        self._has_dockerfile = False
         self._client: AsyncSandhive | None = None
         self._sandbox: AsyncSandbox | None = None
         self._expires_at = 0.0
@@ -151,7 +150,6 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
             )
         dockerfile = directory / "Dockerfile"
         if dockerfile.exists():
-            self._has_dockerfile = True
             try:
                 self._dockerfile = parse(dockerfile.read_text(encoding="utf-8"))
             except DockerfileError as exc:
@@ -178,8 +176,11 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
         self._workdir = self.task_env_config.workdir or build.workdir
         self._image_user = build.user
         self._image_env = dict(build.env)
-        if not self._has_dockerfile:  # a prebuilt `docker_image` task: its files as Harbor's
-            await self._upload_environment_dir_after_start()
+        # Harbor's output directories (/logs/agent, /logs/verifier, …): mounted by its Docker
+        # environment, made here; their contents are downloaded when Harbor asks.
+        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        # a task of a prebuilt `docker_image` without a Dockerfile gets its environment/ files
+        await self._upload_environment_dir_after_start()
 
     async def stop(self, delete: bool) -> None:
         # A sandbox cannot be paused: it is deleted either way (`delete` keeps images in
