@@ -512,6 +512,8 @@ class Settings(BaseSettings):
     episode_step_timeout_s: float = Field(default=900.0, gt=0)
     """How long a step or close waits for the worker's answer before the episode is ended
     with an infrastructure error (503); above the longest command timeout."""
+    episode_step_key_ttl_s: float = Field(default=3600.0, gt=0)
+    """How long a step's answer is kept for repeats with its `Idempotency-Key`."""
     episode_idle_timeout_s: float = Field(default=600.0, gt=0)
     """An episode with no request for this long is closed and its sandbox removed."""
     sandbox_slots: int = Field(default=16, ge=0, le=1024)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import Res, Tenant
 from app.api.query import known_query_only
@@ -69,11 +69,17 @@ async def episode_trajectory(
 
 @router.post("/{episode_id}/step", response_model=EpisodeStepOut, responses=_ERRORS)
 async def step_episode(
-    episode_id: str, body: EpisodeStepIn, res: Res, tenant: Tenant
+    episode_id: str,
+    body: EpisodeStepIn,
+    res: Res,
+    tenant: Tenant,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
 ) -> EpisodeStepOut:
-    """Run the trainer's turn; 409 once the episode is done, 503 when its worker is lost."""
+    """Run the trainer's turn; 409 once the episode is done, 503 when its worker is lost.
+    A repeat with the same `Idempotency-Key` gets the first one's answer (the turn runs
+    once); the same key with another message is a 422."""
     return await episodes_calls.step(
-        res.sessions, res.redis, res.settings, tenant, episode_id, body.message
+        res.sessions, res.redis, res.settings, tenant, episode_id, body.message, idempotency_key
     )
 
 

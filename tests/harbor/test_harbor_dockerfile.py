@@ -19,7 +19,9 @@ BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}
 
 
 def steps_of(text: str, **build_args: str) -> tuple[list[Step], Build]:
-    built = plan(parse(text, build_args), base_env=BASE_ENV, base_workdir="/testbed")
+    built = plan(
+        parse(text, build_args), base_env=BASE_ENV, base_workdir="/testbed", build_args=build_args
+    )
     return list(built.steps), built
 
 
@@ -99,16 +101,19 @@ def test_escape_directive_and_shell() -> None:
 def test_env_forms_quotes_and_expansion() -> None:
     _, built = steps_of(
         "FROM default\n"
-        "ENV A=\"hello world\" B=${A}! C='$A' D=${MISSING:-fallback} E=${A:+set}\n"
+        "ENV A=\"hello world\" C='$A' SAME=${A}!\n"  # SAME sees A as it was before this ENV
+        "ENV B=${A}! D=${MISSING:-fallback} E=${A:+set} F=\\$A\n"
         "ENV PATH=/opt/tool/bin:$PATH\n"
         "ENV LEGACY the rest of the line\n"
     )
     assert built.env == {
         "A": "hello world",
-        "B": "hello world!",
         "C": "$A",
+        "SAME": "!",
+        "B": "hello world!",
         "D": "fallback",
         "E": "set",
+        "F": "$A",
         "PATH": "/opt/tool/bin:/usr/local/bin:/usr/bin:/bin",
         "LEGACY": "the rest of the line",
     }

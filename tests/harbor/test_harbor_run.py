@@ -156,11 +156,11 @@ def workspace() -> Iterator[tuple[Path, str]]:
         shutil.rmtree(host, ignore_errors=True)
 
 
-def write_task(directory: Path) -> None:
+def write_task(directory: Path, dockerfile: str = DOCKERFILE) -> None:
     files = {
         "task.toml": TASK_TOML,
         "instruction.md": "Copy the greeting the image holds into answer.txt.\n",
-        "environment/Dockerfile": DOCKERFILE,
+        "environment/Dockerfile": dockerfile,
         "environment/notes.txt": "copied from the context\n",
         "solution/solve.sh": SOLVE,
         "tests/test.sh": TEST,
@@ -259,3 +259,49 @@ def test_oracle_scores_1_and_nop_0_in_sandboxes_built_from_the_dockerfile(
         if "/solution/solve.sh" in " ".join(argv)
     ]
     assert oracle_ran, "the oracle's solve.sh is in no sandbox's command log"
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "says", "sandboxes"),
+    [
+        (
+            "FROM python:3.12-slim\nRUN true\n",
+            "FROM python:3.12-slim: not an image of this Sandhive's catalogue; FROM must name "
+            "one of: default, sandhive-sandbox:latest",
+            [],  # none made
+        ),
+        (
+            "FROM default\nWORKDIR /work\nRUN echo building; echo no compiler >&2; exit 3\n",
+            "Dockerfile line 3: RUN ['/bin/sh', '-c', 'echo building; echo no compiler >&2; "
+            "exit 3'] exited 3:\nbuilding\nno compiler",
+            [("ended", "deleted")],  # the one it failed in, deleted
+        ),
+        (
+            "FROM default AS build\nRUN make\nFROM default\nCOPY --from=build /out /out\n",
+            "line 3: multi-stage builds are not supported (a second FROM)",
+            [],
+        ),
+    ],
+    ids=["from-outside-the-catalogue", "failing-run", "multi-stage"],
+)
+def test_a_dockerfile_the_sandbox_cannot_be_built_from_fails_the_trial_saying_why(
+    server: Server,
+    workspace: tuple[Path, str],
+    dockerfile: str,
+    says: str,
+    sandboxes: list[tuple[str, str]],
+) -> None:
+    host, inside = workspace
+    write_task(host / "task", dockerfile)
+    run = uuid.uuid4().hex
+    done = harbor_run(server, inside, "nop", run)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    [result] = trial_results(host / "jobs", "nop")
+    failure = result["exception_info"]
+    assert failure is not None, result
+    assert failure["exception_type"] == "SandboxBuildFailedError", failure
+    assert says in failure["exception_message"], failure["exception_message"]
+    assert result["verifier_result"] is None
+    with Sandhive(server.base_url, api_key=server.key) as client:
+        made = client.sandboxes.list(metadata={"harbor_run": run}).items
+    assert [(i.status, i.end_reason) for i in made] == sandboxes

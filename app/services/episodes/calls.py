@@ -31,6 +31,7 @@ from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.errors import Conflict, InvalidInput, Unavailable
 from app.schemas.episodes import EpisodeCreate, EpisodeOpened, EpisodeStepOut
 from app.services.admin import service as admin
+from app.services.episodes import retries
 from app.services.episodes import service as rows
 from app.services.episodes.holders import HOLDERS
 from app.services.images.task_images import image_name
@@ -87,6 +88,32 @@ async def _some_worker_has(redis: Redis, image: str) -> bool:
 
 
 async def step(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    tenant: str,
+    episode_id: str,
+    message: dict[str, Any],
+    idempotency_key: str | None = None,
+) -> EpisodeStepOut:
+    """The trainer's turn; with `idempotency_key`, run once however often it is sent
+    (`app.services.episodes.retries`)."""
+    if idempotency_key is None:
+        return await _step(sessions, redis, settings, tenant, episode_id, message)
+    await HOLDERS.find(sessions, tenant, episode_id)  # 404 before anything is claimed
+    claim_s = settings.episode_step_timeout_s + settings.experiment_scoring_timeout_s + 5
+    return await retries.once(
+        redis,
+        episode_id,
+        idempotency_key,
+        message,
+        ttl_s=settings.episode_step_key_ttl_s,
+        claim_s=claim_s,
+        step=lambda: _step(sessions, redis, settings, tenant, episode_id, message),
+    )
+
+
+async def _step(
     sessions: Sessions,
     redis: Redis,
     settings: Settings,

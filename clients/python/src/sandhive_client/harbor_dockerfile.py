@@ -406,8 +406,7 @@ def _env_pairs(instruction: Instruction, variables: Mapping[str, str]) -> dict[s
             name, sep, value = word.partition("=")
             if not sep:
                 raise DockerfileError(f"line {line}: ENV {word}: expected NAME=value")
-            pairs[name] = value
-            variables = {**variables, name: value}
+            pairs[name] = value  # expanded with the values from before this ENV, as Docker does
     for name in pairs:
         if not _NAME.fullmatch(name):
             raise DockerfileError(f"line {line}: ENV {name}: not a variable name")

@@ -103,7 +103,6 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
     options: SandhiveOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._dockerfile: Dockerfile | None = None
         self._client: AsyncSandhive | None = None
         self._sandbox: AsyncSandbox | None = None
         self._expires_at = 0.0
@@ -149,29 +148,33 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
                 "Sandhive environment (one sandbox per trial)"
             )
         dockerfile = directory / "Dockerfile"
-        if dockerfile.exists():
-            try:
-                self._dockerfile = parse(dockerfile.read_text(encoding="utf-8"))
-            except DockerfileError as exc:
-                raise ValueError(f"{dockerfile}: {exc}") from None
-        elif self.task_env_config.docker_image:
-            self._dockerfile = Dockerfile(base=self.task_env_config.docker_image, instructions=())
-        else:
+        if not dockerfile.exists() and not self.task_env_config.docker_image:
             raise FileNotFoundError(f"{dockerfile} not found (and the task names no docker_image)")
+
+    def _read_dockerfile(self) -> Dockerfile:
+        """The task's Dockerfile, read when the trial starts: what it cannot replay fails that
+        trial (not retried, the task's own problem), not Harbor's whole job."""
+        dockerfile = Path(self.environment_dir) / "Dockerfile"
+        if not dockerfile.exists():  # a prebuilt `docker_image` task
+            return Dockerfile(base=self.task_env_config.docker_image, instructions=())
+        try:
+            return parse(dockerfile.read_text(encoding="utf-8"))
+        except DockerfileError as exc:
+            raise SandboxBuildFailedError(f"{dockerfile}: {exc}") from None
 
     # -- life -------------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
-        assert self._dockerfile is not None  # _validate_definition ran in __init__
+        dockerfile = await asyncio.to_thread(self._read_dockerfile)
         options = self.options
         url = (options.url or os.environ.get("SANDHIVE_URL") or "").rstrip("/")
         key = options.api_key or os.environ.get("SANDHIVE_API_KEY")
         http = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
         self._client = AsyncSandhive(url or None, key, http_client=http)
-        image = await self._catalogue_image(http, url, key, self._dockerfile.base)
+        image = await self._catalogue_image(http, url, key, dockerfile.base)
         self._sandbox = await self._create(image)
         self.logger.info(f"sandbox {self._sandbox.id} of image {image} for {self.session_id}")
-        build = await self._plan(self._dockerfile)
+        build = await self._plan(dockerfile)
         await self._build(build)
         self._workdir = self.task_env_config.workdir or build.workdir
         self._image_user = build.user
@@ -253,7 +256,9 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
         sandbox = self._require()
         shown = await sandbox.exec(["env", "-0"])
         base_env = dict(
-            item.split("=", 1) for item in shown.stdout.decode().split("\0") if "=" in item
+            item.split("=", 1)
+            for item in shown.stdout.decode("utf-8", errors="replace").split("\0")
+            if "=" in item
         )
         try:
             return plan(dockerfile, base_env=base_env, base_workdir=sandbox.info.workdir)
