@@ -209,5 +209,23 @@ async def scoring(redis: Redis, episode_ids: Collection[str]) -> set[str]:
     return await present(redis, episode_ids, keys.episode_scoring)
 
 
+def _free_key(worker: str) -> str:
+    return f"{keys.PREFIX}:episodes:free:{worker}"
+
+
+async def tell_free(redis: Redis, worker: str, free: int, ttl_s: float) -> None:
+    """Say how many episodes `worker` can open now (gone after `ttl_s` unless said again)."""
+    await redis.set(_free_key(worker), str(free), px=max(1, int(ttl_s * 1000)))
+
+
+async def free_slots(redis: Redis, workers: Collection[str]) -> dict[str, int]:
+    """What each of `workers` last said it can open; a worker that said nothing is left out."""
+    names = sorted(workers)
+    if not names:
+        return {}
+    said: list[Any] = await redis.mget([_free_key(name) for name in names])
+    return {name: int(value) for name, value in zip(names, said, strict=True) if value is not None}
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

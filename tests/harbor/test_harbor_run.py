@@ -33,6 +33,8 @@ from tests.e2e.fault_harness import cluster
 from tests.support.harbor import harbor_root
 from tests.support.settings import REDIS_URL, plain_settings
 
+CHECKOUT_CLIENT = Path(__file__).resolve().parents[2] / "clients/python/src/sandhive_client"
+INSTALLED_CLIENT = "opt/harbor/lib/python3.13/site-packages/sandhive_client"
 ENVIRONMENT = "sandhive_client.harbor_env:SandhiveEnvironment"
 HARBOR = "/opt/harbor/bin/harbor"
 TENANT = "harbor-runs"
@@ -119,7 +121,19 @@ def server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Server]:
     """`sandhive serve` and one `sandhive worker`, keys on, writable sandboxes allowed."""
-    harbor_root()  # fails first, naming deploy/harbor-root.sh, when the root is missing
+    root = harbor_root()  # fails first, naming deploy/harbor-root.sh, when the root is missing
+    stale = [
+        path.name
+        for path in sorted(CHECKOUT_CLIENT.glob("*.py"))
+        if not (installed := root / INSTALLED_CLIENT / path.name).exists()
+        or installed.read_bytes() != path.read_bytes()
+    ]
+    if stale:
+        pytest.fail(
+            f"the client in {root} is not this checkout's ({', '.join(stale)} differ): "
+            "run `bash deploy/harbor-root.sh` (it re-installs it)",
+            pytrace=False,
+        )
     _flush_redis()
     settings: Settings = plain_settings(
         database_url,

@@ -28,7 +28,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
-from app.errors import Conflict, InvalidInput, Unavailable
+from app.errors import Conflict, InvalidInput, TooManyRequests, Unavailable
 from app.schemas.episodes import EpisodeCreate, EpisodeOpened, EpisodeStepOut
 from app.services.admin import service as admin
 from app.services.episodes import retries
@@ -38,6 +38,7 @@ from app.services.images.task_images import image_name
 
 log = logging.getLogger(__name__)
 RETRY_S = 5
+FULL_RETRY_S = 2
 
 
 async def open_episode(
@@ -57,6 +58,7 @@ async def open_episode(
             RETRY_S,
             details={"error_kind": "infrastructure"},
         )
+    await _some_worker_has_room(redis)
     await rows.store(sessions, settings, row)
     ttl_s = settings.episode_open_timeout_s
     reply_key = await bus.request_open(redis, row.id, image, ttl_s=ttl_s)
@@ -79,6 +81,20 @@ async def open_episode(
     return EpisodeOpened(
         **rows.out(fresh).model_dump(), messages=reply["messages"], tools=reply["tools"]
     )
+
+
+async def _some_worker_has_room(redis: Redis) -> None:
+    """429 at once when every live worker said it has no episode slot free (a worker that
+    said nothing, an older release, may have one: the open waits for it as before)."""
+    workers = [w.name for w in await admin.list_workers(redis) if not w.draining]
+    free = await bus.free_slots(redis, workers)
+    if workers and len(free) == len(workers) and not any(free.values()):
+        raise TooManyRequests(
+            f"every worker's episode slots are taken ({len(workers)} workers,"
+            " SANDHIVE_EPISODE_SLOTS each): close an episode or retry later",
+            FULL_RETRY_S,
+            details={"error_kind": "capacity"},
+        )
 
 
 async def _some_worker_has(redis: Redis, image: str) -> bool:

@@ -50,6 +50,9 @@ class EpisodeServer:
         self.opening = 0
         self.scoring = 0
         """Ended episodes whose deferred scorer runs: they hold their slot until it is done."""
+        self.told_free: int | None = None
+        """The free slots last told to the API (`app.bus.episodes.tell_free`), and when."""
+        self.told_at = 0.0
 
     def halt(self) -> None:
         """Stop serving even though the worker's own stop was not asked (a burst's end)."""
@@ -81,6 +84,7 @@ class EpisodeServer:
                 await self._pause(PAUSE_S)
 
     async def _open_one(self, group: asyncio.TaskGroup) -> None:
+        await self._tell_free()
         if len(self.live) + self.opening + self.scoring >= self.ctx.settings.episode_slots:
             await asyncio.sleep(BLOCK_MS / 1000)
             return
@@ -126,6 +130,18 @@ class EpisodeServer:
             await self._answer(request.reply, {"failure": "could not open"})
         finally:
             self.opening -= 1
+
+    async def _tell_free(self) -> None:
+        """Tell the API how many episodes it may still open here when that changed (and
+        every few seconds, so it does not lapse): an open that no worker has room for is
+        then a 429 at once, not a wait for the open timeout."""
+        s = self.ctx.settings
+        free = max(0, s.episode_slots - len(self.live) - self.opening - self.scoring)
+        now = time.monotonic()
+        if free == self.told_free and now - self.told_at < s.worker_heartbeat_s:
+            return
+        await bus.tell_free(self.ctx.redis, self.ctx.name, free, s.worker_lease_s)
+        self.told_free, self.told_at = free, now
 
     async def _serve_one(self, group: asyncio.TaskGroup) -> None:
         request = await bus.next_request(self.ctx.redis, self.ctx.name, timeout_s=BLOCK_MS / 1000)
