@@ -33,6 +33,7 @@ async def list_images(res: Res, tenant: Tenant) -> ImageList:
 def _out(image: Image, available: bool) -> ImageOut:
     return ImageOut(
         name=image.name,
+        reference=image.reference,
         description=image.description,
         defaults=ImageResourcesOut(
             cpus=image.default_cpus,

@@ -25,6 +25,9 @@ class ImageOut(WireModel):
 
     name: str
     """What a task names in `sandbox.image`."""
+    reference: str
+    """The Docker image its sandboxes run (`sandhive-sandbox:latest` for `default`, unless
+    the operator changed it): what a Dockerfile's `FROM` names (docs/harbor.md)."""
     description: str
     """What is in it, in the operator's words."""
     defaults: ImageResourcesOut

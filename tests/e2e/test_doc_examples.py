@@ -67,6 +67,10 @@ NOT_RUN = {
     ("docs/experiments.md", "sandhive experiment run ./benchmark/demo"): (
         "runs a task folder of the reader's (./benchmark/demo) with a real model"
     ),
+    ("docs/harbor.md", "harbor run --path ./my-task"): (
+        "runs Harbor (Python >= 3.12, not in this venv) on a task folder of the reader's; "
+        "tests/harbor/test_harbor_run.py runs it from deploy/harbor-root.sh's root"
+    ),
     ("docs/images.md", 'sandbox": {"image": "chem"'): (
         "asks for the chem image, which the operator builds first (docs/images.md)"
     ),

@@ -65,7 +65,7 @@ ENV GREETING_FILE=/opt/greeting/message.txt
 RUN mkdir -p /opt/greeting \\
     && echo "$GREETING from the Dockerfile" > "$GREETING_FILE"
 WORKDIR /srv/app
-COPY notes.txt ./
+COPY notes.txt .
 RUN pwd > where.txt
 CMD ["sleep", "infinity"]
 """

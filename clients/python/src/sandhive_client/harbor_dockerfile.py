@@ -97,9 +97,10 @@ class Copy:
     """Build-context files (`sources`, relative to the context) to `dest` (absolute).
 
     `into_dir`: `dest` is a directory the sources go into (it ends with `/`, or there are
-    several sources); otherwise a single source is written as `dest` itself (a directory
-    source always has its contents copied into `dest`). `extract`: `ADD`, whose local tar
-    archives are unpacked into `dest`.
+    several sources or a glob; the environment also takes a `dest` that exists as a
+    directory in the sandbox for one, as Docker does); otherwise a single source is written
+    as `dest` itself (a directory source always has its contents copied into `dest`).
+    `extract`: `ADD`, whose local tar archives are unpacked into `dest`.
     """
 
     sources: tuple[str, ...]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import io
 import logging
 import os
@@ -290,6 +291,10 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
             )
 
     async def _build_copy(self, step: Copy) -> None:
+        if not step.into_dir:  # `COPY x .`: an existing directory takes the file, as in Docker
+            probe = await self._require().exec(["test", "-d", step.dest])
+            if probe.exit_code == 0:
+                step = dataclasses.replace(step, into_dir=True)
         try:
             payload, tops = await asyncio.to_thread(copy_archive, Path(self.environment_dir), step)
         except DockerfileError as exc:
