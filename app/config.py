@@ -528,6 +528,11 @@ class Settings(BaseSettings):
     """Let `POST /v1/sandboxes` ask for `read_only_rootfs: false` (422 otherwise): its writes
     land in the container's layer on the Docker host's disk, unbounded by `disk_mb`; turn on
     for harnesses that install packages or add users at run time (docs/sandboxes.md)."""
+    sandbox_max_concurrent_requests: int = Field(default=8, ge=1)
+    """Commands and file requests one sandbox serves at once; more wait their turn (and are
+    dropped once their caller stopped waiting)."""
+    sandbox_worker_max_concurrent_requests: int = Field(default=64, ge=1)
+    """Commands and file requests one worker serves at once, over all its sandboxes."""
     sandbox_create_timeout_s: float = Field(default=60.0, gt=0)
     """How long `POST /v1/sandboxes` waits for a worker to start it (503 after)."""
     sandbox_exec_timeout_s: float = Field(default=600.0, gt=0)

@@ -48,11 +48,10 @@ def install(app: FastAPI, settings: Settings) -> None:
         multipart_max=settings.max_multipart_body_bytes,
         timeout_s=settings.request_body_timeout_s,
         files_max=settings.task_files_max_write_bytes,
-        sandbox_max=max(
-            settings.sandbox_files_max_bytes,
-            # stdin travels base64 in the JSON of a command
-            settings.sandbox_exec_max_stdin_bytes * 4 // 3 + settings.max_json_body_bytes,
-        ),
+        sandbox_files_max=settings.sandbox_files_max_bytes,
+        # stdin travels base64 in the JSON of a command
+        sandbox_exec_max=settings.sandbox_exec_max_stdin_bytes * 4 // 3
+        + settings.max_json_body_bytes,
     )
     if settings.allowed_origins:
         app.add_middleware(
@@ -158,7 +157,8 @@ class BodyLimit:
         multipart_max: int,
         timeout_s: float,
         files_max: int | None = None,
-        sandbox_max: int | None = None,
+        sandbox_files_max: int | None = None,
+        sandbox_exec_max: int | None = None,
     ) -> None:
         self.app = app
         self.json_max = json_max
@@ -166,8 +166,10 @@ class BodyLimit:
         self.timeout_s = timeout_s
         self.files_max = files_max
         """Cap of a `PUT /v1/tasks/{id}/files/{path}` body (a file for a running sandbox)."""
-        self.sandbox_max = sandbox_max
-        """Cap of a sandbox's command (its stdin) or file write (`/v1/sandboxes/{id}/…`)."""
+        self.sandbox_files_max = sandbox_files_max
+        """Cap of a sandbox's file write (`PUT /v1/sandboxes/{id}/files`)."""
+        self.sandbox_exec_max = sandbox_exec_max
+        """Cap of a sandbox's command (`POST /v1/sandboxes/{id}/exec`): its stdin, base64."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -178,8 +180,11 @@ class BodyLimit:
         limit = self.multipart_max if multipart else self.json_max
         if self.files_max is not None and _is_file_write(scope):
             limit = self.files_max
-        if self.sandbox_max is not None and _is_sandbox_upload(scope):
-            limit = self.sandbox_max
+        upload = _sandbox_upload(scope)
+        if upload == "files" and self.sandbox_files_max is not None:
+            limit = self.sandbox_files_max
+        elif upload == "exec" and self.sandbox_exec_max is not None:
+            limit = self.sandbox_exec_max
         declared = _content_length(headers)
         if declared is not None and declared > limit:  # refuse before reading a byte
             exc: HTTPException = BodyTooLarge(limit)
@@ -212,9 +217,13 @@ def _is_file_write(scope: Scope) -> bool:
 _SANDBOX_UPLOAD = re.compile(r"/v1/sandboxes/[^/]+/(exec|exec/stream|files)$")
 
 
-def _is_sandbox_upload(scope: Scope) -> bool:
+def _sandbox_upload(scope: Scope) -> str | None:
+    """`files` for a sandbox's file write, `exec` for its command; None otherwise."""
     method, path = scope.get("method"), scope.get("path", "")
-    return method in ("POST", "PUT") and _SANDBOX_UPLOAD.match(path) is not None
+    found = _SANDBOX_UPLOAD.match(path) if method in ("POST", "PUT") else None
+    if found is None:
+        return None
+    return "files" if found.group(1) == "files" else "exec"
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -32,7 +32,8 @@ from app.schemas.sandboxes import (
 from app.schemas.tasks import ErrorOut
 from app.services import keys
 from app.services.cursors import CURSOR_PATTERN
-from app.services.sandboxes import calls
+from app.services.sandboxes import calls, commands
+from app.services.sandboxes import files as sandbox_files
 from app.services.sandboxes import service as sandboxes
 from app.services.tasks.files import MAX_PATH_CHARS, PATH_PATTERN
 from app.services.tasks.filters import METADATA_PREFIX, metadata_filters
@@ -61,6 +62,7 @@ SandboxPath = Annotated[
     Query(min_length=1, max_length=MAX_PATH_CHARS, pattern=PATH_PATTERN, description=_PATH_DOC),
 ]
 MAX_PAGE = 100
+MAX_COMMANDS_PAGE = 200
 
 
 def caller_key(conn: HTTPConnection) -> str | None:
@@ -121,13 +123,13 @@ async def get_sandbox(sandbox_id: str, res: Res, tenant: Tenant) -> SandboxOut:
 @router.delete("/{sandbox_id}", response_model=SandboxOut, responses=_ERRORS)
 async def delete_sandbox(sandbox_id: str, res: Res, tenant: Tenant) -> SandboxOut:
     """Remove it now (its `end_reason` says `deleted`); deleting an ended one changes nothing."""
-    return await calls.delete(res.sessions, res.redis, res.settings, tenant, sandbox_id)
+    return await calls.delete(res.sessions, res.redis, tenant, sandbox_id)
 
 
 @router.post("/{sandbox_id}/ttl", response_model=SandboxOut, responses=_ERRORS)
 async def set_ttl(sandbox_id: str, body: TtlRequest, res: Res, tenant: Tenant) -> SandboxOut:
     """Let it live `ttl_s` seconds from now (shorter or longer), within its lifetime cap."""
-    return await calls.extend(res.sessions, res.redis, res.settings, tenant, sandbox_id, body.ttl_s)
+    return await calls.extend(res.sessions, res.settings, tenant, sandbox_id, body.ttl_s)
 
 
 @router.post("/{sandbox_id}/exec", response_model=ExecResult, responses=_ERRORS)
@@ -135,9 +137,7 @@ async def exec_command(
     sandbox_id: str, body: ExecRequest, res: Res, tenant: Tenant, key: Caller
 ) -> ExecResult:
     """Run one command to its end (or its timeout: everything it started is killed)."""
-    return await calls.exec_command(
-        res.sessions, res.redis, res.settings, tenant, key, sandbox_id, body
-    )
+    return await commands.run(res.sessions, res.redis, res.settings, tenant, key, sandbox_id, body)
 
 
 @router.post(
@@ -149,13 +149,16 @@ async def exec_stream(
     sandbox_id: str, body: ExecRequest, res: Res, tenant: Tenant, key: Caller
 ) -> StreamingResponse:
     """Run one command, its output sent as it comes (Server-Sent Events)."""
-    events = await calls.exec_stream(
+    events = await commands.stream(
         res.sessions, res.redis, res.settings, tenant, key, sandbox_id, body
     )
 
     async def sse() -> AsyncIterator[bytes]:
         async for name, data in events:
-            yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            if data is None:  # silent for a while: a comment keeps proxies from cutting it
+                yield b": keepalive\n\n"
+            else:
+                yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
@@ -171,8 +174,8 @@ async def list_commands(
     sandbox_id: str,
     res: Res,
     tenant: Tenant,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=12, pattern=r"^[0-9]{1,12}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_COMMANDS_PAGE)] = 100,
+    cursor: Annotated[str | None, Query(max_length=9, pattern=r"^[0-9]{1,9}$")] = None,
 ) -> CommandList:
     """Who ran what in it, in order (the audit log); pass `next_cursor` back as `cursor`."""
     after = int(cursor) if cursor is not None else 0
@@ -194,7 +197,9 @@ async def list_files(
     ] = ".",
 ) -> FileList:
     """A directory of the sandbox (its workdir by default)."""
-    return await calls.list_files(res.sessions, res.redis, res.settings, tenant, sandbox_id, path)
+    return await sandbox_files.list_dir(
+        res.sessions, res.redis, res.settings, tenant, sandbox_id, path
+    )
 
 
 @router.get(
@@ -206,7 +211,9 @@ async def list_files(
 async def read_file(sandbox_id: str, path: SandboxPath, res: Res, tenant: Tenant) -> Response:
     """One file, streamed: 404 `missing`, 422 `is_directory`, 403 `forbidden`, 413
     `too_large` (over `SANDHIVE_SANDBOX_FILES_MAX_BYTES`) in `details.reason`."""
-    opened = await calls.read_file(res.sessions, res.redis, res.settings, tenant, sandbox_id, path)
+    opened = await sandbox_files.read(
+        res.sessions, res.redis, res.settings, tenant, sandbox_id, path
+    )
     headers = {**_UNTRUSTED, "Content-Length": str(opened.size)}
     return StreamingResponse(opened.chunks, media_type="application/octet-stream", headers=headers)
 
@@ -229,6 +236,6 @@ async def write_file(
             f"the file has {len(content)} bytes, over SANDHIVE_SANDBOX_FILES_MAX_BYTES={cap}",
             details={"reason": "too_large", "path": path},
         )
-    return await calls.write_file(
+    return await sandbox_files.write(
         res.sessions, res.redis, res.settings, tenant, sandbox_id, path, content
     )

@@ -315,7 +315,12 @@ class SandboxRow(Base):
     __tablename__ = "sandboxes"
     __table_args__ = (
         Index("ix_sandboxes_tenant_created", "tenant_id", "created_at"),
-        Index("ix_sandboxes_worker_status", "worker", "status"),
+        # The upkeep's and the sweep's look for active sandboxes: tiny, whatever the history.
+        Index(
+            "ix_sandboxes_active",
+            "worker",
+            postgresql_where=text("status IN ('starting', 'running')"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -336,7 +341,8 @@ class SandboxRow(Base):
 
 class SandboxCommandRow(Base):
     """One command run in a sandbox through the API: who ran what, how it ended (the audit
-    log). Written once the command ends; its output is the caller's, not kept."""
+    log). Written as it is sent, its outcome added as it ends; its output is the caller's,
+    not kept."""
 
     __tablename__ = "sandbox_commands"
     __table_args__ = (Index("ix_sandbox_commands_sandbox_seq", "sandbox_id", "seq", unique=True),)
@@ -351,9 +357,12 @@ class SandboxCommandRow(Base):
     command: Mapped[str | None] = mapped_column(Text)
     user: Mapped[str | None] = mapped_column(String(64))
     cwd: Mapped[str | None] = mapped_column(Text)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    """`argv`/`command` keep only their first characters (a command may be a megabyte)."""
     exit_code: Mapped[int | None] = mapped_column(Integer)
     timed_out: Mapped[bool] = mapped_column(Boolean, default=False)
-    duration_ms: Mapped[int] = mapped_column(Integer)
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    """None until it ends, and for good when its answer never came."""
     started_at: Mapped[datetime] = mapped_column(_TZ)
 
 

@@ -203,11 +203,7 @@ def run(rid: int, req: dict[str, Any], data: bytes) -> None:
     env = dict(BASE_ENV)
     try:
         ids = as_user(req.get("user"), env)
-    except LookupError as exc:
-        failed(rid, str(exc))
-        return
-    env.update(req.get("env") or {})
-    try:
+        env.update(req.get("env") or {})
         proc = subprocess.Popen(
             req["argv"],
             cwd=req.get("cwd") or "/",
@@ -218,7 +214,9 @@ def run(rid: int, req: dict[str, Any], data: bytes) -> None:
             start_new_session=True,
             **ids,
         )
-    except OSError as exc:
+    except (LookupError, OSError, ValueError, TypeError) as exc:
+        # No such user, not executable, a NUL in an argument, Popen's `user` before 3.9:
+        # the command cannot start, and the host must hear so (it would wait for an exit).
         failed(rid, str(exc))
         return
     RUNNING[rid] = (proc, env.get(MARK, ""))

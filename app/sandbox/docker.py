@@ -208,10 +208,16 @@ class DockerHost:
                 raise SandboxError("egress firewall rules are missing on the Docker host")
             self._egress_ready.add(policy)
 
-    async def list_sandboxes(self, labels: Mapping[str, str]) -> list[str]:
-        """Ids of Sandhive containers carrying all these labels, stopped ones included."""
+    async def list_sandboxes(
+        self, labels: Mapping[str, str], *, with_label: str | None = None
+    ) -> list[str]:
+        """Ids of Sandhive containers carrying all these labels (and `with_label`, whatever
+        its value), stopped ones included."""
         wanted = {MANAGED_LABEL: "1", **labels}
-        filters = json.dumps({"label": [f"{key}={value}" for key, value in wanted.items()]})
+        selectors = [f"{key}={value}" for key, value in wanted.items()]
+        if with_label is not None:
+            selectors.append(with_label)
+        filters = json.dumps({"label": selectors})
         with docker_errors("list sandboxes"):
             containers = await self.api().containers.list(all=True, filters=filters)
         return [container.id for container in containers]

@@ -33,15 +33,20 @@ MAX_METADATA_KEYS = 32
 MAX_ENV_VARS = 256
 Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
 Value = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
+NO_NUL = r"^[^\x00]*$"
+MAX_ARG_CHARS = 128 * 1024
+"""One argument, at most (Linux's MAX_ARG_STRLEN)."""
+MAX_ARGV_CHARS = 2 * 1024 * 1024
 EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class SandboxCreate(SandboxRequest):
     """A sandbox: the image and limits of a task's `sandbox`, how long it lives, and labels."""
 
-    ttl_s: int = Field(default=600, ge=1, le=MAX_INT)
+    ttl_s: int | None = Field(default=None, ge=1, le=MAX_INT)
     """Seconds it lives unless extended (`POST …/ttl`) or deleted; at most the server's
-    `SANDHIVE_SANDBOX_MAX_LIFETIME_S` from its creation (422 beyond)."""
+    `SANDHIVE_SANDBOX_MAX_LIFETIME_S` from its creation (422 beyond). None: 600, or the
+    lifetime cap when that is shorter."""
     metadata: dict[Key, Value] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
     """Labels of the caller's own (`GET /v1/sandboxes?metadata.<key>=<value>` filters by them)."""
     env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
@@ -107,11 +112,14 @@ class TtlRequest(_Strict):
 class ExecRequest(_Strict):
     """One command: `argv` run as it is, or `command` run by `/bin/sh -c`."""
 
-    argv: list[Annotated[str, Field(max_length=256 * 1024)]] | None = Field(
+    argv: list[Annotated[str, Field(max_length=MAX_ARG_CHARS, pattern=NO_NUL)]] | None = Field(
         default=None, min_length=1, max_length=65_536, examples=[["ls", "-la"]]
     )
-    """The program and its arguments, run as they are (no shell)."""
-    command: str | None = Field(default=None, min_length=1, max_length=1024 * 1024)
+    """The program and its arguments, run as they are (no shell); at most 2 MiB in all,
+    as Linux's ARG_MAX."""
+    command: str | None = Field(
+        default=None, min_length=1, max_length=MAX_ARGV_CHARS, pattern=NO_NUL
+    )
     """A shell command line (`sh -c`); exactly one of `argv` and `command`."""
     stdin: str | None = None
     """What the command reads on its standard input (none: it reads EOF at once)."""
@@ -139,6 +147,13 @@ class ExecRequest(_Strict):
     def _one_command(self) -> ExecRequest:
         if (self.argv is None) == (self.command is None):
             raise ValueError("give exactly one of argv and command")
+        if self.argv is not None and sum(len(arg) + 1 for arg in self.argv) > MAX_ARGV_CHARS:
+            raise ValueError(f"argv is over {MAX_ARGV_CHARS} characters in all (ARG_MAX)")
+        if self.stdin is not None and self.stdin_encoding == "utf-8":
+            try:
+                self.stdin.encode()
+            except UnicodeEncodeError:
+                raise ValueError("stdin is not text (a lone surrogate): send it base64") from None
         return self
 
 
@@ -170,7 +185,7 @@ class CommandOut(WireModel):
     id: str
     """The command's id (`command_id` of its answer)."""
     seq: int
-    """1, 2, … in the order the sandbox's commands ended."""
+    """1, 2, … in the order the sandbox's commands were sent."""
     argv: list[str] | None
     """As asked: the argv, or null for a shell line."""
     command: str | None
@@ -179,12 +194,15 @@ class CommandOut(WireModel):
     """The user it ran as; null: root."""
     cwd: str | None
     """The directory asked for; null: the workdir."""
+    truncated: bool
+    """`argv`/`command` keep only their first 8192 characters here."""
     exit_code: int | None
-    """Its exit status; null when it timed out."""
+    """Its exit status; null when it timed out, while it runs, or when its answer never
+    came (its caller went away, its worker was lost): `duration_ms` is null then too."""
     timed_out: bool
     """It was killed at its timeout."""
-    duration_ms: int
-    """How long it ran."""
+    duration_ms: int | None
+    """How long it ran; null until it ends."""
     started_at: datetime
     """When the API sent it."""
     key_id: str | None
@@ -193,6 +211,6 @@ class CommandOut(WireModel):
 
 class CommandList(WireModel):
     items: list[CommandOut]
-    """One page, in the order the commands ended."""
+    """One page, in the order the commands were sent."""
     next_cursor: str | None
     """Pass as `cursor` for the next page; null on the last one."""

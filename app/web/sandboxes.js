@@ -14,7 +14,7 @@
   const LIST_POLL_MS = 3000; // while a listed sandbox runs
   const IDLE_POLL_MS = 15000; // none runs: new ones still show up
   const LOG_POLL_MS = 2000;
-  const LOG_PAGE = 500;
+  const LOG_PAGE = 200; // the API's largest page of a command log
   const LOG_PAGES_PER_TICK = 10; // a long log is read a few pages a tick, never all at once
   const COMMAND_CHARS = 4000; // longer commands are cut, with "show all"
   const number = new Intl.NumberFormat();
@@ -25,12 +25,13 @@
 
   const live = (box) => box.status !== "ended";
 
-  /** Control characters and bidirectional overrides shown as codes, so text cannot hide or
-   * reorder what was run; newlines and tabs stay. */
+  /** Control characters (C0, C1), zero-width and separator characters and bidirectional
+   * overrides shown as codes, so text cannot hide or reorder what was run; newlines and
+   * tabs stay. */
   function visible(text) {
     return String(text)
       .replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, (c) => (c === "\u007f" ? "\u2421" : String.fromCharCode(0x2400 + c.charCodeAt(0))))
-      .replace(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, (c) => `[U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+      .replace(/[\u0080-\u009f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/g, (c) => `[U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
   }
 
   /** One argv word as a POSIX shell would need it written (Python's shlex.quote). */
@@ -205,6 +206,7 @@
       this.items = [...this.items, ...page.items.filter((box) => !known.has(box.id))];
       this.cursor = page.next_cursor;
       this.draw();
+      this.poll(); // a poll that came while this loaded returned early: keep the list fresh
     }
 
     async fetch(cursor, limit) {
@@ -268,7 +270,9 @@
     constructor(id) {
       this.id = id;
       this.box = null;
-      this.lastSeq = 0; // the command log's last `seq` shown: the next poll's cursor
+      this.lastSeq = 0; // the command log's last `seq` shown
+      this.bySeq = new Map(); // seq -> its row
+      this.unfinished = new Set(); // seqs shown before they ended: asked again until they do
       this.stopped = false;
       this.busy = false;
       this.timer = null;
@@ -361,33 +365,53 @@
       }
     }
 
-    /** Appends the commands after `lastSeq` (`cursor` = the last seq seen); never redraws. */
+    /** Appends the commands after the last one shown, and redraws only the rows of commands
+     * that were still running when shown (a command enters the log as it is sent): the
+     * cursor starts before the first of those, else after the last seq seen. */
     async follow() {
+      let cursor = this.unfinished.size ? Math.min(...this.unfinished) - 1 : this.lastSeq;
       for (let pages = 0; pages < LOG_PAGES_PER_TICK; pages += 1) {
         const params = new URLSearchParams({ limit: String(LOG_PAGE) });
-        if (this.lastSeq) params.set("cursor", String(this.lastSeq));
+        if (cursor) params.set("cursor", String(cursor));
         const page = await apiJson(`/v1/sandboxes/${enc(this.id)}/commands?${params}`);
         if (this.stopped) return;
-        const fresh = page.items.filter((entry) => entry.seq > this.lastSeq);
-        if (fresh.length) {
-          this.rows.append(...fresh.map((entry) => this.row(entry)));
-          this.lastSeq = fresh[fresh.length - 1].seq;
-        }
+        for (const entry of page.items) this.place(entry);
+        if (page.items.length) cursor = page.items[page.items.length - 1].seq;
         if (!page.next_cursor) break;
       }
       const shown = this.rows.childElementCount;
       this.logTitle.textContent = `Commands (${number.format(shown)})`;
       this.logNote.textContent = shown
-        ? "In the order they ended; their output is the caller's, not kept."
+        ? "In the order they were sent (each shows as it is sent, its exit code once it ends); their output is the caller's, not kept."
         : live(this.box)
-          ? "No command yet: POST /v1/sandboxes/{id}/exec runs one, and it shows here once it ends."
+          ? "No command yet: POST /v1/sandboxes/{id}/exec runs one, and it shows here as it is sent."
           : "No command was run in it.";
+    }
+
+    /** A new command appended; a running one's row replaced once it changed. */
+    place(entry) {
+      const shown = this.bySeq.get(entry.seq);
+      const ended = entry.duration_ms !== null || entry.timed_out;
+      if (!shown) {
+        const row = this.row(entry);
+        this.rows.append(row);
+        this.bySeq.set(entry.seq, row);
+        this.lastSeq = Math.max(this.lastSeq, entry.seq);
+      } else if (this.unfinished.has(entry.seq) && ended) {
+        const row = this.row(entry);
+        shown.replaceWith(row);
+        this.bySeq.set(entry.seq, row);
+      }
+      if (ended) this.unfinished.delete(entry.seq);
+      else this.unfinished.add(entry.seq);
     }
 
     row(entry) {
       const exit = entry.timed_out
         ? el("span", { class: "exit bad", text: "timed out" })
-        : entry.exit_code === null
+        : entry.duration_ms === null
+          ? el("span", { class: "hint", text: "running (or its answer was lost)" })
+          : entry.exit_code === null
           ? el("span", { class: "hint", text: "—" })
           : el("span", { class: `exit ${entry.exit_code === 0 ? "ok" : "bad"}`, text: String(entry.exit_code) });
       const workdir = this.box ? this.box.workdir : "";

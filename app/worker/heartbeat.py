@@ -29,6 +29,7 @@ async def keep_alive(
         "pid": os.getpid(),
         "tasks": len(running),
         "slots": ctx.settings.worker_concurrency,
+        "sandbox_slots": ctx.settings.sandbox_slots,
         "images": list(images),
     }
     await leases.beat(ctx.redis, ctx.name, lease_ms, info)

@@ -32,7 +32,7 @@ from app.runner.episode import Runner, open_runner
 from app.sandbox.pool import pool_labels
 from app.services.admin import service as admin
 from app.services.experiments import runner as experiment_runner
-from app.worker import heartbeat, placement, reaping, sandboxes, scoring, taking, webhook_sender
+from app.worker import heartbeat, placement, reaping, scoring, taking, webhook_sender
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
 from app.worker.egress_events import BlockedRecorder
@@ -43,6 +43,8 @@ from app.worker.health import Readiness
 from app.worker.images import ImageInventory
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
+from app.worker.sandboxes import upkeep as sandbox_upkeep
+from app.worker.sandboxes.server import SandboxServer
 from app.worker.taking import Taken
 
 log = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ class Worker:
         self.images = ImageInventory(self.settings, ctx.docker)
         await quietly("find the images", self._check_images(ctx))
         await quietly("end own episodes", episodes_sweep.end_own(ctx))
-        await quietly("end own sandboxes", sandboxes.end_own(ctx))
+        await quietly("end own sandboxes", sandbox_upkeep.end_own(ctx))
         reconciler = Reconciler(ctx)
         s = self.settings
         chores = Periodic()
@@ -141,7 +143,7 @@ class Worker:
         chores.start(s.worker_reconcile_interval_s, "reconcile", reconciler.run_once)
         chores.start(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running))
         chores.start(s.worker_reap_interval_s, "episode sweep", lambda: episodes_sweep.sweep(ctx))
-        chores.start(s.worker_reap_interval_s, "sandbox sweep", lambda: sandboxes.sweep(ctx))
+        chores.start(s.worker_reap_interval_s, "sandbox sweep", lambda: sandbox_upkeep.sweep(ctx))
         chores.start(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx))
         chores.start(s.worker_ready_check_s, "images", lambda: self._check_images(ctx))
         chores.start(
@@ -156,7 +158,7 @@ class Worker:
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         episodes = EpisodeServer(ctx, self.stopping, lambda: self._present_images())
         files = FileServer(ctx, self.running)
-        own = sandboxes.SandboxServer(ctx)
+        own = SandboxServer(ctx)
         serving = [
             asyncio.create_task(episodes.serve()),
             asyncio.create_task(files.serve()),

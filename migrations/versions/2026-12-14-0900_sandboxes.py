@@ -37,7 +37,12 @@ def upgrade() -> None:
         sa.Column("ended_at", _TZ, nullable=True),
     )
     op.create_index("ix_sandboxes_tenant_created", "sandboxes", ["tenant_id", "created_at"])
-    op.create_index("ix_sandboxes_worker_status", "sandboxes", ["worker", "status"])
+    op.create_index(
+        "ix_sandboxes_active",
+        "sandboxes",
+        ["worker"],
+        postgresql_where=sa.text("status IN ('starting', 'running')"),
+    )
     op.create_table(
         "sandbox_commands",
         sa.Column("id", sa.String(40), primary_key=True),
@@ -53,9 +58,10 @@ def upgrade() -> None:
         sa.Column("command", sa.Text(), nullable=True),
         sa.Column("user", sa.String(64), nullable=True),
         sa.Column("cwd", sa.Text(), nullable=True),
+        sa.Column("truncated", sa.Boolean(), nullable=False),
         sa.Column("exit_code", sa.Integer(), nullable=True),
         sa.Column("timed_out", sa.Boolean(), nullable=False),
-        sa.Column("duration_ms", sa.Integer(), nullable=False),
+        sa.Column("duration_ms", sa.Integer(), nullable=True),
         sa.Column("started_at", _TZ, nullable=False),
     )
     op.create_index(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sandhive_client import AsyncSandhive, NotFound, RateLimited, Retries, Sandhive
+from sandhive_client import AsyncSandhive, NotFound, RateLimited, Retries, Sandhive, Unavailable
 
 from app.config import Settings
 from tests.e2e.fault_harness import Cluster, cluster
+from tests.llm.support import planned_server
 
 
 @pytest.fixture
@@ -56,3 +59,46 @@ async def test_the_async_client_retries_too(limited: Cluster) -> None:
         for _ in range(2):
             with pytest.raises(NotFound):
                 await client.tasks.get("tsk_nope")  # a 429 first, then the real answer
+
+
+async def test_a_sandbox_command_is_not_sent_again_after_a_503() -> None:
+    """A 503 may come after the command ran (its worker lost as it answered): sending it
+    again could run it twice, so the client gives it to the caller; a read is retried."""
+    sandbox_id = "sbx_01JZZZZZZZZZZZZZZZZZZZZZZZ"
+    info = {
+        "id": sandbox_id,
+        "status": "running",
+        "image": "default",
+        "network": "none",
+        "cpus": 1.0,
+        "memory_mb": 512,
+        "disk_mb": 1024,
+        "allow_domains": [],
+        "read_only_rootfs": True,
+        "metadata": {},
+        "workdir": "/testbed",
+        "created_at": "2026-12-04T08:00:00+00:00",
+        "expires_at": "2026-12-04T08:10:00+00:00",
+        "ended_at": None,
+        "end_reason": None,
+        "error": None,
+        "commands": 0,
+    }
+    unavailable = {"error": {"code": "unavailable", "message": "lost", "details": None}}
+
+    async def found(_body: dict[str, Any]) -> tuple[int, str, bytes]:
+        return 200, "application/json", json.dumps(info).encode()
+
+    async def lost(_body: dict[str, Any]) -> tuple[int, str, bytes]:
+        return 503, "application/json", json.dumps(unavailable).encode()
+
+    async with planned_server([found, lost]) as (url, seen):
+        fast = Retries(max_retries=2, default_wait_s=0.01)
+        async with AsyncSandhive(url.removesuffix("/v1"), retries=fast) as client:
+            sandbox = await client.sandboxes.get(sandbox_id)
+            with pytest.raises(Unavailable):
+                await sandbox.exec(["touch", "/tmp/once"])
+            assert len(seen.bodies) == 2, "the command went once"
+            with pytest.raises(Unavailable):
+                await client.sandboxes.get(sandbox_id)
+            assert len(seen.bodies) == 2 + 3, "a read goes again (two retries)"

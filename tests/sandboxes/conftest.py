@@ -40,6 +40,8 @@ def make_sandbox_settings(
                 "worker_heartbeat_s": 0.2,
                 "worker_lease_s": 1.0,
                 "worker_reap_interval_s": 1.0,
+                # Containers a test's SIGKILLed worker leaves are gone in minutes at worst.
+                "sandbox_max_lifetime_s": 300,
                 **overrides,
             }
         )

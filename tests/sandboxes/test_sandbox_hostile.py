@@ -29,7 +29,7 @@ async def test_bombs_floods_and_endless_commands_leave_the_service_responsive(
     started = time.monotonic()
     done = await run(api, calm, argv=["echo", "still here"])
     assert done["stdout"] == "still here\n"
-    assert time.monotonic() - started < 5, "a calm sandbox waited on a hostile one"
+    assert time.monotonic() - started < 20, "a calm sandbox waited on a hostile one"
     bomb, memory, flood, endless = await running
     assert bomb["timed_out"] or bomb["exit_code"] != 0, bomb  # cut, or out of pids
     assert memory["exit_code"] == 137, memory  # the OOM killer, inside its own cgroup

@@ -58,14 +58,24 @@ async def test_a_sandbox_runs_commands_and_moves_files(
     got = await api.get(f"/v1/sandboxes/{sid}/files", params={"path": "locked"}, headers=ALICE)
     assert (got.status_code, got.json()["error"]["details"]["reason"]) == (403, "forbidden")
 
-    assert (await api.get(f"/v1/sandboxes/{sid}", headers=BOB)).status_code == 404
+    for method, path, body in (
+        ("GET", "", None),
+        ("GET", "/commands", None),
+        ("GET", "/files/list", None),
+        ("POST", "/ttl", {"ttl_s": 60}),
+        ("POST", "/exec", {"argv": ["true"]}),
+        ("POST", "/exec/stream", {"argv": ["true"]}),
+        ("DELETE", "", None),
+    ):
+        other = await api.request(method, f"/v1/sandboxes/{sid}{path}", json=body, headers=BOB)
+        assert other.status_code == 404, (method, path, other.text)
     log = (await api.get(f"/v1/sandboxes/{sid}/commands", headers=ALICE)).json()["items"]
     assert log[0]["command"] == "echo $GREETING; echo oops >&2; exit 3"
     assert log[0]["exit_code"] == 3
     assert log[0]["key_id"]
     assert [entry["seq"] for entry in log] == list(range(1, len(log) + 1))
 
-    extended = await api.post(f"/v1/sandboxes/{sid}/ttl", json={"ttl_s": 3000}, headers=ALICE)
+    extended = await api.post(f"/v1/sandboxes/{sid}/ttl", json={"ttl_s": 250}, headers=ALICE)
     assert extended.status_code == 200, extended.text
     assert datetime.fromisoformat(extended.json()["expires_at"]) > datetime.fromisoformat(
         made["expires_at"]

@@ -39,6 +39,9 @@ class WorkerInfo:
     draining: bool
     images: tuple[str, ...] = ()
     """The catalogue images its daemon has (it claims only their tasks)."""
+    sandbox_slots: int | None = None
+    """How many `/v1/sandboxes` sandboxes it holds at most (None: an older release's
+    heartbeat, which does not say)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
                 busy=int(info.get("tasks", 0)),
                 draining=draining,
                 images=tuple(str(name) for name in info.get("images", [])),
+                sandbox_slots=_int_or_none(info.get("sandbox_slots")),
             )
         )
     return sorted(found, key=lambda worker: worker.name)
@@ -195,3 +199,7 @@ async def prune(sessions: Sessions, *, task_days: float, artifact_days: float) -
 
 def _count(result: object) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

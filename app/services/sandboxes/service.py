@@ -34,6 +34,7 @@ from app.services.webhooks import service as webhooks
 from app.specs import SandboxSpec
 
 ACTIVE = ("starting", "running")
+DEFAULT_TTL_S = 600
 RETRY_S = 5
 
 
@@ -76,9 +77,10 @@ def out(row: models.SandboxRow) -> SandboxOut:
 
 def new_row(settings: Settings, tenant: str, body: SandboxCreate) -> models.SandboxRow:
     """The `starting` sandbox a request makes, checked (422) but not stored yet."""
-    if body.ttl_s > settings.sandbox_max_lifetime_s:
+    ttl_s = body.ttl_s or min(DEFAULT_TTL_S, settings.sandbox_max_lifetime_s)
+    if ttl_s > settings.sandbox_max_lifetime_s:
         raise InvalidInput(
-            f"ttl_s {body.ttl_s} is over this server's sandbox lifetime of"
+            f"ttl_s {ttl_s} is over this server's sandbox lifetime of"
             f" {settings.sandbox_max_lifetime_s} s (SANDHIVE_SANDBOX_MAX_LIFETIME_S)",
             details=[{"loc": ["body", "ttl_s"], "msg": "over the lifetime cap", "type": "limit"}],
         )
@@ -102,7 +104,7 @@ def new_row(settings: Settings, tenant: str, body: SandboxCreate) -> models.Sand
         },
         sandbox_metadata=body.metadata,
         created_at=now,
-        expires_at=now + timedelta(seconds=body.ttl_s),
+        expires_at=now + timedelta(seconds=ttl_s),
     )
 
 
@@ -110,7 +112,10 @@ async def store(sessions: Sessions, settings: Settings, row: models.SandboxRow) 
     """Insert the row once the tenant is under its cap (429 otherwise), in one transaction
     that holds the tenant's advisory lock, so two racing creates cannot both pass."""
     async with sessions.begin() as session:
-        await session.execute(select(func.pg_advisory_xact_lock(_lock_key(row.tenant_id))))
+        # One creator per tenant at a time, until commit: two at once would both count
+        # below the cap and both add one.
+        key = func.hashtextextended(f"sandboxes:{row.tenant_id}", 0)
+        await session.execute(select(func.pg_advisory_xact_lock(key)))
         active = await session.scalar(
             select(func.count())
             .select_from(models.SandboxRow)
@@ -125,14 +130,6 @@ async def store(sessions: Sessions, settings: Settings, row: models.SandboxRow) 
                 RETRY_S,
             )
         session.add(row)
-
-
-def _lock_key(tenant: str) -> int:
-    """A stable 63-bit key per tenant for `pg_advisory_xact_lock` (sandbox admission)."""
-    digest = 0
-    for char in f"sandboxes:{tenant}":
-        digest = (digest * 131 + ord(char)) % (2**63 - 1)
-    return digest
 
 
 def wanted(row: models.SandboxRow) -> Wanted:
@@ -229,20 +226,45 @@ async def end(sessions: Sessions, sandbox_id: str, reason: str, error: str | Non
     return ended is not None
 
 
-async def expiring(
-    sessions: Sessions, sandbox_id: str, lead_s: float
-) -> tuple[datetime, bool] | None:
-    """`sandbox.expiring` when the running sandbox's deadline (read here: an extension may
-    have moved it) is within `lead_s`: its deadline and whether it was announced; None once
-    it no longer runs."""
+async def states(sessions: Sessions, ids: list[str]) -> dict[str, tuple[str, datetime]]:
+    """Each sandbox's status and deadline (its worker's upkeep reads them every second)."""
+    async with sessions() as session:
+        found = await session.execute(
+            select(
+                models.SandboxRow.id, models.SandboxRow.status, models.SandboxRow.expires_at
+            ).where(models.SandboxRow.id.in_(ids))
+        )
+    return {str(row_id): (str(status), expires) for row_id, status, expires in found.all()}
+
+
+async def expire(sessions: Sessions, sandbox_id: str) -> bool:
+    """End it `expired` if it still runs and its deadline has passed by Postgres's clock (an
+    extension that came first wins); whether it did."""
+    async with sessions.begin() as session:
+        ended = await session.scalar(
+            update(models.SandboxRow)
+            .where(
+                models.SandboxRow.id == sandbox_id,
+                models.SandboxRow.status == "running",
+                models.SandboxRow.expires_at <= func.now(),
+            )
+            .values(status="ended", end_reason="expired", ended_at=utc_now())
+            .returning(models.SandboxRow)
+        )
+        if ended is not None:
+            await _announce(session, ended, "sandbox.ended")
+    return ended is not None
+
+
+async def announce_expiring(sessions: Sessions, sandbox_id: str, expires_at: float) -> bool:
+    """`sandbox.expiring` for the deadline `expires_at` (epoch seconds), if it is still the
+    running sandbox's; whether it was written."""
     async with sessions.begin() as session:
         row = await session.get(models.SandboxRow, sandbox_id)
-        if row is None or row.status != "running":
-            return None
-        if row.expires_at - timedelta(seconds=lead_s) > utc_now():
-            return row.expires_at, False
+        if row is None or row.status != "running" or row.expires_at.timestamp() != expires_at:
+            return False
         await _announce(session, row, "sandbox.expiring")
-        return row.expires_at, True
+        return True
 
 
 async def extend(
@@ -326,17 +348,15 @@ async def load_per_worker(sessions: Sessions) -> dict[str, int]:
     return {str(worker): int(count) for worker, count in rows.all()}
 
 
-async def record_command(
+async def log_sent(
     sessions: Sessions,
     sandbox_id: str,
+    command_id: str,
     *,
     key_id: str | None,
-    request: dict[str, Any],
-    result: dict[str, Any],
-    started_at: datetime,
-    command_id: str,
+    logged: dict[str, Any],
 ) -> None:
-    """Append one command to the sandbox's log (and count it), in one transaction."""
+    """Append a command to the sandbox's log (and count it) as it is sent."""
     async with sessions.begin() as session:
         seq = await session.scalar(
             update(models.SandboxRow)
@@ -350,22 +370,40 @@ async def record_command(
                 sandbox_id=sandbox_id,
                 seq=int(seq or 0),
                 key_id=key_id,
-                argv=request.get("argv"),
-                command=request.get("command"),
-                user=request.get("user"),
-                cwd=request.get("cwd"),
-                exit_code=result.get("exit_code"),
-                timed_out=bool(result.get("timed_out")),
-                duration_ms=int(result.get("duration_ms", 0)),
-                started_at=started_at,
+                argv=logged["argv"],
+                command=logged["command"],
+                user=logged["user"],
+                cwd=logged["cwd"],
+                truncated=logged["truncated"],
+                exit_code=None,
+                timed_out=False,
+                duration_ms=None,
+                started_at=utc_now(),
             )
+        )
+
+
+async def log_ended(
+    sessions: Sessions,
+    command_id: str,
+    *,
+    exit_code: int | None,
+    timed_out: bool,
+    duration_ms: int,
+) -> None:
+    """The command's outcome, in its log entry."""
+    async with sessions.begin() as session:
+        await session.execute(
+            update(models.SandboxCommandRow)
+            .where(models.SandboxCommandRow.id == command_id)
+            .values(exit_code=exit_code, timed_out=timed_out, duration_ms=duration_ms)
         )
 
 
 async def commands(
     sessions: Sessions, tenant: str, sandbox_id: str, *, limit: int, after: int
 ) -> CommandList:
-    """The sandbox's command log in the order they ended; `after`: the last `seq` seen."""
+    """The sandbox's command log in the order they were sent; `after`: the last `seq` seen."""
     await find(sessions, tenant, sandbox_id)
     async with sessions() as session:
         rows = list(
@@ -391,6 +429,7 @@ async def commands(
             command=row.command,
             user=row.user,
             cwd=row.cwd,
+            truncated=row.truncated,
             exit_code=row.exit_code,
             timed_out=row.timed_out,
             duration_ms=row.duration_ms,

@@ -230,4 +230,6 @@ def _raise_refusal(reply: dict[str, Any], held: Holder) -> None:
         kind, message = str(reply["refused"]), str(reply.get("message", ""))
         if kind == "timeout":
             raise WorkerTimeout(message)
-        raise _REFUSALS.get(kind, SandboxError)(message, {"reason": kind})
+        # A directory is `not_file` on this API's wire, as before the sandbox told it apart.
+        reason = "not_file" if kind == "is_dir" else kind
+        raise _REFUSALS.get(kind, SandboxError)(message, {"reason": reason})

@@ -265,6 +265,7 @@ def exec_command(sandbox_id: str, body: Mapping[str, Any]) -> Call[ExecResult]:
         lambda r: ExecResult.from_wire(r.json()),
         json=dict(body),
         timeout=exec_timeout(body.get("timeout_s")),
+        once=True,
     )
 
 
@@ -321,4 +322,5 @@ def exec_stream(sandbox_id: str, body: Mapping[str, Any]) -> Call[None]:
         lambda r: None,
         json=dict(body),
         timeout=exec_timeout(body.get("timeout_s")),
+        once=True,
     )

@@ -36,6 +36,9 @@ class Call(Generic[T]):
     """This call's own timeouts (a command that runs long); None: the client's."""
     errors_by_reason: Mapping[tuple[int, str], type[errors.APIError]] = field(default_factory=dict)
     """Finer error classes by (status, `details.reason`), e.g. a sandbox's file errors."""
+    once: bool = False
+    """It runs something each time it is sent (a sandbox's command): a 503, which may come
+    after it ran, is not sent again; a 429 (refused before anything ran) still is."""
 
     def timeout_or(self, default: Any) -> Any:
         """`timeout`, or `default` (httpx's USE_CLIENT_DEFAULT) when the call has none."""
@@ -115,6 +118,11 @@ def _error_body(response: httpx.Response) -> tuple[str, str, Any]:
     except (ValueError, KeyError, TypeError):
         text = response.text[:500] if response.text else response.reason_phrase
         return f"http_{response.status_code}", text, None
+
+
+def retried(call: Call[Any], status: int) -> bool:
+    """Whether an answer of `status` is worth sending `call` again for."""
+    return status == 429 or (status == 503 and not call.once)
 
 
 def may_resend(call: Call[Any], exc: httpx.TransportError) -> bool:

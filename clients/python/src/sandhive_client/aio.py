@@ -17,12 +17,12 @@ import httpx
 from sandhive_client import _calls, errors
 from sandhive_client._exec import StreamedExec
 from sandhive_client._http import (
-    RETRY_STATUSES,
     Call,
     Retries,
     headers_of,
     may_resend,
     raise_for_error,
+    retried,
     retry_after,
 )
 from sandhive_client._resume import Resume
@@ -100,7 +100,7 @@ class AsyncSandhive:
                     raise errors.ConnectionFailed(f"{call.method} {call.path}: {exc!r}") from exc
                 await asyncio.sleep(self.retries.delay(attempt + 1, None))
                 continue
-            if response.status_code in RETRY_STATUSES and not last:
+            if retried(call, response.status_code) and not last:
                 await asyncio.sleep(self.retries.delay(attempt + 1, retry_after(response)))
                 continue
             raise_for_error(response, call.errors_by_reason)
@@ -121,7 +121,7 @@ class AsyncSandhive:
                     headers={**self._headers, **call.headers, "Accept": "text/event-stream"},
                     timeout=call.timeout_or(STREAM_TIMEOUT),
                 ) as response:
-                    if response.status_code in RETRY_STATUSES and not last:
+                    if retried(call, response.status_code) and not last:
                         wait = self.retries.delay(attempt + 1, retry_after(response))
                     elif not response.is_success:
                         await response.aread()
