@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastapi import FastAPI
 from starlette.datastructures import Headers
@@ -111,9 +111,11 @@ async def send_error(
     code: str,
     message: str,
     headers: Mapping[str, str] | None = None,
+    details: object = None,
 ) -> None:
     """A complete error response in the contract's shape, straight over ASGI."""
-    body = json.dumps({"error": {"code": code, "message": message, "details": None}}).encode()
+    error = {"code": code, "message": message, "details": details}
+    body = json.dumps({"error": error}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -186,9 +188,11 @@ class BodyLimit:
         elif upload == "exec" and self.sandbox_exec_max is not None:
             limit = self.sandbox_exec_max
         declared = _content_length(headers)
+        # A sandbox file's refusal names it, as the route's own would (`details.reason`).
+        details = _file_details(scope) if upload == "files" else None
         if declared is not None and declared > limit:  # refuse before reading a byte
             exc: HTTPException = BodyTooLarge(limit)
-            await send_error(send, exc.status_code, "too_large", exc.detail, exc.headers)
+            await send_error(send, exc.status_code, "too_large", exc.detail, exc.headers, details)
             return
         reader = _BodyReader(receive, limit, self.timeout_s)
         started = False
@@ -204,7 +208,8 @@ class BodyLimit:
             if started:
                 raise
             code = "too_large" if exc.status_code == 413 else "request_timeout"
-            await send_error(send, exc.status_code, code, exc.detail, exc.headers)
+            more = details if exc.status_code == 413 else None
+            await send_error(send, exc.status_code, code, exc.detail, exc.headers, more)
 
 
 _FILE_WRITE = re.compile(r"/v1/tasks/[^/]+/files/")
@@ -224,6 +229,11 @@ def _sandbox_upload(scope: Scope) -> str | None:
     if found is None:
         return None
     return "files" if found.group(1) == "files" else "exec"
+
+
+def _file_details(scope: Scope) -> dict[str, object]:
+    path = parse_qs(scope.get("query_string", b"").decode(errors="replace")).get("path", [""])
+    return {"reason": "too_large", "path": path[0]}
 
 
 def _content_length(headers: Headers) -> int | None:
