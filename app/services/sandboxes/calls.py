@@ -27,35 +27,20 @@ from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.errors import (
     AppError,
     Conflict,
-    Forbidden,
-    InsufficientStorage,
-    InvalidInput,
-    NotFound,
     SandboxError,
-    TooLarge,
     Unavailable,
     WorkerTimeout,
 )
 from app.schemas.sandboxes import SandboxCreate, SandboxOut
 from app.services.admin import service as admin
 from app.services.sandboxes import service as rows
+from app.services.tasks.files import REFUSALS
 
 KIND = "sandboxes"
 """The request lists of `app.bus.files` the workers' sandbox servers read."""
 RETRY_S = rows.RETRY_S
 ASK_EACH_S = 15.0
 """How long a create waits for one worker before asking the next."""
-_REFUSALS: dict[str, type[AppError]] = {
-    "outside": InvalidInput,
-    "not_file": InvalidInput,
-    "is_dir": InvalidInput,
-    "not_dir": InvalidInput,
-    "missing": NotFound,
-    "too_large": TooLarge,
-    "no_space": InsufficientStorage,
-    "forbidden": Forbidden,
-    "os": Conflict,
-}
 _REASONS = {"is_dir": "is_directory"}
 """The wire's name of a refusal where it differs from the sandbox's."""
 
@@ -209,7 +194,7 @@ async def wait(
         if kind == "timeout":
             raise WorkerTimeout(message)
         details = {"reason": _REASONS.get(kind, kind), "path": reply.get("path")}
-        raise _REFUSALS.get(kind, SandboxError)(message, details)
+        raise REFUSALS.get(kind, SandboxError)(message, details)
     return reply
 
 

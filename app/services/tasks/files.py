@@ -46,7 +46,7 @@ PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 """What a sandbox path may hold: no control character (C0, DEL, C1). The API's parameters
 carry it, so the OpenAPI document admits exactly the paths `clean_path` takes."""
 _UNUSABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
-_REFUSALS: dict[str, type[AppError]] = {
+REFUSALS: dict[str, type[AppError]] = {
     "outside": InvalidInput,
     "not_file": InvalidInput,
     "is_dir": InvalidInput,
@@ -232,4 +232,4 @@ def _raise_refusal(reply: dict[str, Any], held: Holder) -> None:
             raise WorkerTimeout(message)
         # A directory is `not_file` on this API's wire, as before the sandbox told it apart.
         reason = "not_file" if kind == "is_dir" else kind
-        raise _REFUSALS.get(kind, SandboxError)(message, {"reason": reason})
+        raise REFUSALS.get(kind, SandboxError)(message, {"reason": reason})
