@@ -26,6 +26,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -248,13 +249,17 @@ def test_the_page_lists_sandboxes_and_follows_a_command_log(
 
             # A new command appears at the end; the rows there are kept, not redrawn.
             page.evaluate("document.querySelector('.sbx-commands tbody tr').dataset.kept = 'yes'")
-            late = run(api, sid, command="sleep 30", timeout_s=0.5)
+            # It shows as it is sent (running), and gets its outcome when it ends.
+            with ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(run, api, sid, command="sleep 30", timeout_s=6)
+                expect(commands).to_have_count(3, timeout=WAIT_MS)
+                third = commands.nth(2)
+                expect(field(third, "exit")).to_contain_text("running")
+                late = pending.result()
             assert (late["timed_out"], late["exit_code"]) == (True, None)
-            expect(commands).to_have_count(3, timeout=WAIT_MS)
-            third = commands.nth(2)
             expect(third).to_have_attribute("data-seq", "3")
             expect(field(third, "command").locator("code")).to_have_text("sleep 30")
-            expect(field(third, "exit")).to_have_text("timed out")
+            expect(field(third, "exit")).to_have_text("timed out", timeout=WAIT_MS)
             expect(first).to_have_attribute("data-kept", "yes")
             expect(field(facts, "commands").locator("dd")).to_have_text("3")
             assert page.evaluate("window.sameDocument") is True
