@@ -5,7 +5,8 @@
 What a trainer that owns the loop pays per turn: a real `sandhive serve` and a real
 `sandhive worker` (one, holding every sandbox), Postgres and Redis; the bench opens
 --episodes episodes (`POST /v1/episodes`, --open-concurrency at a time), then drives them
-all at once, --steps turns each, every turn one `execute_bash` of `true`, then closes them
+all at once, --steps turns each, every turn one `execute_bash` of `true`, then a final
+`submit` (timed apart: the loop ends and its sandbox goes), then closes them
 (`DELETE`). --think pauses each episode that long after every answer (a trainer's model
 generating its next turn); with 0 every episode steps again at once, so the figures are
 queueing at the machine's throughput (Little's law: round trip ~ episodes / steps per
@@ -66,6 +67,15 @@ TRUE = {
 }
 
 
+SUBMIT = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [
+        {"id": "call_2", "type": "function", "function": {"name": "submit", "arguments": "{}"}}
+    ],
+}
+
+
 @dataclass
 class Figures:
     """Per-step samples in seconds, by phase ("alone", "concurrent")."""
@@ -73,6 +83,8 @@ class Figures:
     round_trips: dict[str, list[float]] = field(default_factory=dict)
     overheads: dict[str, list[float]] = field(default_factory=dict)
     worker_ms: dict[str, list[float]] = field(default_factory=dict)
+    finals: dict[str, list[float]] = field(default_factory=dict)
+    """The final step's round trip (`submit`: the loop ends, its sandbox goes)."""
     opens: list[float] = field(default_factory=list)
     rss_idle_mb: float = 0.0
     rss_open_mb: float = 0.0
@@ -131,6 +143,14 @@ class Bench:
             self.figures.worker_ms.setdefault(phase, []).append(timings["worker_ms"] / 1000)
             if self.think_s:
                 await asyncio.sleep(self.think_s * random.uniform(1 - self.jitter, 1 + self.jitter))
+        sent = time.monotonic()
+        status, body = await self.call(
+            "POST", f"/v1/episodes/{episode_id}/step", {"message": SUBMIT}
+        )
+        if status != 200 or not body["done"]:
+            self.figures.errors.append(f"final step: {status} {str(body)[:200]}")
+            return
+        self.figures.finals.setdefault(phase, []).append(time.monotonic() - sent)
 
     async def close(self, episode_id: str) -> None:
         status, body = await self.call("DELETE", f"/v1/episodes/{episode_id}")
@@ -189,6 +209,7 @@ async def measure(bench: Bench, cluster: Cluster, args: argparse.Namespace) -> N
         figures.round_trips.pop(key, None)
         figures.overheads.pop(key, None)
         figures.worker_ms.pop(key, None)
+        figures.finals.pop(key, None)
     figures.opens.clear()
     await asyncio.sleep(1.0)
     figures.rss_idle_mb = rss_mb(cluster.worker.pid)
@@ -282,6 +303,7 @@ def table(figures: Figures, args: argparse.Namespace) -> str:
     for phase, label in (("alone", "1 episode alone"), ("concurrent", at_once)):
         add(f"step round trip, {label} (ms)", figures.round_trips.get(phase, []))
         add(f"step overhead through the API, {label} (ms)", figures.overheads.get(phase, []))
+        add(f"final step (submit) round trip, {label} (ms)", figures.finals.get(phase, []))
         add(f"  of it in the worker (worker_ms), {label} (ms)", figures.worker_ms.get(phase, []))
     add("open (POST /v1/episodes), gated (ms)", figures.opens)
     n, idle, busy = figures.open_count, figures.rss_idle_mb, figures.rss_open_mb

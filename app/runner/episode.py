@@ -296,10 +296,12 @@ class Runner:
         The loop's first model call goes out while the sandbox starts; its first tool call
         waits for the start (`PendingSandbox`), whose failure ends the loop as a
         `sandbox_error` (a timeout past the deadline). `synchronous_sandbox`: the sandbox
-        is ready before the loop starts and removed before this returns, even when the
-        runner removes in the background (an RL episode: its trainer is handed the first
-        turn of a sandbox that exists, and may open the next episode, within its tenant's
-        cap, as soon as this one's end is answered).
+        is ready before the loop starts (an RL episode: its trainer is handed the first
+        turn of a sandbox that exists). Its removal is as any episode's: in the background
+        when the runner removes so, so an RL episode's final step answers without waiting
+        for Docker's teardown (~0.2 s); the removals in flight are bounded by the worker's
+        slots (`_dispose`), so a trainer that opens its next episode at once stays near its
+        cap.
 
         The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
         the loop and the collection (which still gets `collect_grace_s` after a timeout,
@@ -337,7 +339,7 @@ class Runner:
             record.finish_reason = FinishReason.timeout
             record.error = timeout_error(episode.agent.timeout_s)
         finally:
-            await self._release(starting, on_sandbox, now=synchronous_sandbox)
+            await self._release(starting, on_sandbox)
         return result
 
     async def _start(self, episode: Episode, deadline: _Deadline) -> DockerSandbox:
@@ -349,8 +351,6 @@ class Runner:
         self,
         starting: asyncio.Future[DockerSandbox],
         on_sandbox: SandboxHook | None,
-        *,
-        now: bool,
     ) -> None:
         """Remove the episode's sandbox once its start is over: a loop that ended early
         (the model failed, a cancel) waits for the start rather than leave a container."""
@@ -368,7 +368,7 @@ class Runner:
             return
         if on_sandbox is not None:
             on_sandbox(None)
-        await self._dispose(starting.result(), now=now)
+        await self._dispose(starting.result())
 
     async def _dispose(self, box: DockerSandbox, *, now: bool = False) -> None:
         """Remove the sandbox now, or in a task `drain` waits for. Either way its labels and

@@ -125,3 +125,13 @@ def containers(label: str) -> list[str]:
         check=True,
     )
     return found.stdout.split()
+
+
+async def sandbox_gone(label: str, timeout_s: float = 20.0) -> None:
+    """Until no container carries `label`: an ended episode's sandbox goes in the background,
+    after its final step answered."""
+
+    async def none_left() -> bool:
+        return not containers(label)
+
+    await wait_for(f"the containers labelled {label} to be removed", none_left, timeout_s)

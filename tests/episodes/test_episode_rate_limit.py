@@ -22,6 +22,7 @@ from tests.episodes.conftest import (
     SUBMIT,
     containers,
     open_episode,
+    sandbox_gone,
     step,
     write_answer,
 )
@@ -92,4 +93,4 @@ async def test_a_tenant_over_its_rate_gets_429_on_the_episode_routes_and_nothing
         row = await session.get(models.EpisodeRow, episode_id)
     assert row is not None  # the refused step (writing 41) never ran: two steps, answer 42
     assert (row.status, row.answer, row.steps) == ("done", "42", 2)
-    assert not containers(f"sandhive.episode={episode_id}")
+    await sandbox_gone(f"sandhive.episode={episode_id}")

@@ -25,6 +25,7 @@ from tests.episodes.conftest import (
     SUBMIT,
     containers,
     open_episode,
+    sandbox_gone,
     step,
     wait_for,
     write_answer,
@@ -51,7 +52,7 @@ async def test_submitted_answer_is_rewarded_and_the_sandbox_removed(
     assert submitted.status_code == 200, submitted.text
     ended = submitted.json()
     assert (ended["done"], ended["finish_reason"], ended["error_kind"]) == (True, "submitted", None)
-    assert not containers(f"sandhive.episode={episode_id}"), "removed once the loop ended"
+    await sandbox_gone(f"sandhive.episode={episode_id}")
     reward = await api.post(f"/v1/episodes/{episode_id}/reward", headers=ALICE)
     assert reward.status_code == 200, reward.text
     assert (reward.json()["score"], reward.json()["scorer"]) == (1.0, "exact")
@@ -105,7 +106,7 @@ async def test_another_tenant_gets_404_on_every_route(
     closed = await api.delete(path, headers=ALICE)
     assert closed.status_code == 200, closed.text
     assert closed.json()["status"] == "closed"
-    assert not containers(f"sandhive.episode={opened['id']}")
+    await sandbox_gone(f"sandhive.episode={opened['id']}")
     assert_error(await step(api, opened["id"], SUBMIT), 409, "conflict")
 
 
@@ -174,7 +175,7 @@ async def test_an_abandoned_episode_is_closed_and_its_sandbox_removed(
             await wait_for("the idle episode to be closed", reaped, 30)
             state = (await api.get(path, headers=ALICE)).json()
             assert state["finish_reason"] == "idle"
-            assert not containers(f"sandhive.episode={opened['id']}")
+            await sandbox_gone(f"sandhive.episode={opened['id']}")
             assert_error(await step(api, opened["id"], SUBMIT), 409, "conflict")
             again = await open_episode(api, prompt="the cap is free again")
             assert (await api.delete(f"/v1/episodes/{again['id']}", headers=ALICE)).is_success
