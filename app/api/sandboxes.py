@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from starlette.requests import HTTPConnection
 
+from app.api import streamcap
 from app.api.deps import Res, Tenant, presented_key
 from app.api.query import known_query_only
 from app.errors import TooLarge
@@ -147,11 +148,17 @@ async def exec_command(
 )
 async def exec_stream(
     sandbox_id: str, body: ExecRequest, res: Res, tenant: Tenant, key: Caller
-) -> StreamingResponse:
-    """Run one command, its output sent as it comes (Server-Sent Events)."""
-    events = await commands.stream(
-        res.sessions, res.redis, res.settings, tenant, key, sandbox_id, body
-    )
+) -> Response:
+    """Run one command, its output sent as it comes (Server-Sent Events); it holds one of
+    the tenant's `SANDHIVE_STREAM_MAX_PER_TENANT` stream slots while it runs (429 past)."""
+    slot = await streamcap.take_slot(res, tenant)  # 429 + Retry-After past the tenant's cap
+    try:
+        events = await commands.stream(
+            res.sessions, res.redis, res.settings, tenant, key, sandbox_id, body
+        )
+    except BaseException:
+        await slot.give_back()
+        raise
 
     async def sse() -> AsyncIterator[bytes]:
         async for name, data in events:
@@ -161,7 +168,8 @@ async def exec_stream(
                 yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+    response = StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+    return streamcap.HoldingSlot(response, slot)
 
 
 @router.get(

@@ -215,3 +215,29 @@ async def test_a_stream_whose_worker_dies_ends_with_an_error_event(
     assert events[0] == {"stream": "stdout", "data": "up\n"}
     assert events[-1]["code"] == "unavailable"
     assert "lost" in events[-1]["message"]
+
+
+async def test_streamed_commands_hold_the_tenants_stream_slots(
+    make_sandbox_settings: Callable[..., Settings], worker: AppProcess, api: httpx.AsyncClient
+) -> None:
+    """A streamed command is an open stream like any other: past the tenant's
+    `SANDHIVE_STREAM_MAX_PER_TENANT` the next is refused at once (429), nothing sent."""
+    sid = (await create(api))["id"]
+    settings = make_sandbox_settings(stream_max_per_tenant=1)
+    async with (
+        live_server(settings) as live,
+        httpx.AsyncClient(base_url=live.base_url, timeout=60) as http,
+    ):
+        url = f"/v1/sandboxes/{sid}/exec/stream"
+        async with http.stream(
+            "POST", url, json={"command": "echo held; sleep 3"}, headers=ALICE
+        ) as first:
+            assert first.status_code == 200
+            async for line in first.aiter_lines():
+                if line.startswith("data: "):
+                    break  # the first stream is running
+            second = await http.post(url, json={"argv": ["true"]}, headers=ALICE)
+            assert second.status_code == 429, second.text
+            assert "Retry-After" in second.headers
+        log = (await api.get(f"/v1/sandboxes/{sid}/commands", headers=ALICE)).json()["items"]
+        assert [entry["command"] for entry in log] == ["echo held; sleep 3"], "nothing sent"
