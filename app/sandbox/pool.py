@@ -167,7 +167,16 @@ class WarmPool:
                 self._discard(item)
             while len(waiting) < self.size_of(config):
                 born = time.monotonic()
-                box = await self._host.create_sandbox(config)
+                creating = asyncio.ensure_future(self._host.create_sandbox(config))
+                try:
+                    box = await asyncio.shield(creating)
+                except asyncio.CancelledError:
+                    # `close` cut the filler while Docker made a container: it is removed
+                    # once made, and `close` waits for that (`_PENDING`), leaving none behind.
+                    task = asyncio.create_task(_remove_once_made(creating))
+                    _PENDING.add(task)
+                    task.add_done_callback(_PENDING.discard)
+                    raise
                 waiting.append(_Warm(box, born))
 
     async def close(self) -> None:
@@ -183,6 +192,14 @@ class WarmPool:
 
 
 _PENDING: set[asyncio.Task[None]] = set()
+
+
+async def _remove_once_made(creating: asyncio.Future[DockerSandbox]) -> None:
+    try:
+        box = await creating
+    except Exception:  # it failed: nothing was made
+        return
+    await _remove(box)
 
 
 async def _remove(box: DockerSandbox) -> None:
