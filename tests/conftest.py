@@ -23,6 +23,7 @@ from app.scripted import ScriptedLLMServer
 from tests.support.container_audit import SandboxAuditor
 from tests.support.database import create_database, drop_database, upgrade_to_head
 from tests.support.parallel import UnitScheduling, rank
+from tests.support.sandbox_cleanup import remove_sandboxes
 from tests.support.settings import REDIS_URL, plain_settings
 
 ADMIN_URL = os.environ.get(
@@ -176,3 +177,11 @@ async def res(make_settings: Callable[..., Settings]) -> AsyncIterator[Resources
     """Engine, sessions and Redis opened the way every process opens them (app/resources.py)."""
     async with open_resources(make_settings()) as res:
         yield res
+
+
+@pytest.fixture
+def no_sandbox_left(database_url: str) -> Iterator[None]:
+    """After the test, the `/v1/sandboxes` containers of the session's instance go: autouse
+    it where tests make sandboxes (their workers are SIGKILLed, not stopped)."""
+    yield
+    remove_sandboxes(database_url.rsplit("/", 1)[-1].split("?")[0])

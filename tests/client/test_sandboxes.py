@@ -40,6 +40,11 @@ FILES_MAX_BYTES = 2**20
 """The server's file size limit here (`sandbox_files_max_bytes`), small enough to cross."""
 
 
+@pytest.fixture(autouse=True)
+def _no_sandbox_left(no_sandbox_left: None) -> None:
+    """A test's sandboxes go with it."""
+
+
 @dataclass(frozen=True)
 class Tenants:
     a: str

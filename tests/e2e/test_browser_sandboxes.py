@@ -55,6 +55,11 @@ SOON = re.compile(r"^in \d+ min$")
 AGO = re.compile(r"^\d+ (s|min) ago$")
 
 
+@pytest.fixture(autouse=True)
+def _no_sandbox_left(no_sandbox_left: None) -> None:
+    """A test's sandboxes go with it."""
+
+
 @pytest.fixture
 def keyed(settings: Settings) -> Settings:
     return settings.model_copy(update={"auth": "keys", "admin_api_key": SecretStr(ADMIN_KEY)})

@@ -79,3 +79,8 @@ async def run(api: httpx.AsyncClient, sandbox_id: str, **body: Any) -> dict[str,
     assert response.status_code == 200, response.text
     done: dict[str, Any] = response.json()
     return done
+
+
+@pytest.fixture(autouse=True)
+def _no_sandbox_left(no_sandbox_left: None) -> None:
+    """A test's sandboxes go with it: its worker is SIGKILLed, not stopped."""

@@ -217,9 +217,13 @@ async def _call(
     if reply is None and scoring_s > 0:
         reply = await _wait_scoring(redis, row.id, reply_key, scoring_s, alive)
     if reply is None:
-        if request["op"] != "close":  # it may still be alive, only stuck: free the sandbox
-            await bus.send(redis, worker, {"op": "close", "episode_id": row.id})
-        return await _lost(sessions, redis, row, f"no answer from its worker {worker}")
+        # The row says lost first, then the worker (alive, only stuck) is asked to free the
+        # sandbox: its close must not be taken for the episode's end (the first end stands).
+        try:
+            return await _lost(sessions, redis, row, f"no answer from its worker {worker}")
+        finally:
+            if request["op"] != "close":
+                await bus.send(redis, worker, {"op": "close", "episode_id": row.id})
     if reply.get("failure") == "unknown episode":
         # The worker no longer holds it: it ended there (the row says how) or was lost.
         fresh = await rows.find(sessions, row.tenant_id, row.id)
