@@ -229,8 +229,11 @@ async def test_streamed_commands_hold_the_tenants_stream_slots(
         httpx.AsyncClient(base_url=live.base_url, timeout=60) as http,
     ):
         url = f"/v1/sandboxes/{sid}/exec/stream"
+        # Long enough that the first stream is surely still open when the second asks
+        # (a loaded CI machine took over 3 s to deliver its first output once); it is
+        # cut when the client leaves, and the sandbox removed at the end.
         async with http.stream(
-            "POST", url, json={"command": "echo held; sleep 3"}, headers=ALICE
+            "POST", url, json={"command": "echo held; sleep 60"}, headers=ALICE
         ) as first:
             assert first.status_code == 200
             async for line in first.aiter_lines():
@@ -240,4 +243,4 @@ async def test_streamed_commands_hold_the_tenants_stream_slots(
             assert second.status_code == 429, second.text
             assert "Retry-After" in second.headers
         log = (await api.get(f"/v1/sandboxes/{sid}/commands", headers=ALICE)).json()["items"]
-        assert [entry["command"] for entry in log] == ["echo held; sleep 3"], "nothing sent"
+        assert [entry["command"] for entry in log] == ["echo held; sleep 60"], "nothing sent"
