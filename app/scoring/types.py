@@ -46,6 +46,15 @@ class ScoringFailed(ScorerError):
     kind: ClassVar[str] = "infrastructure"
 
 
+class JudgeUnavailable(ScorerError):
+    """The judge's model could not be reached (no connection, a timeout, 429 or 5xx after
+    the client's retries): the infrastructure's failure, not the answer's. An experiment's
+    item is scored again later, within its `infrastructure_retries`; past them it is not
+    scored (`infrastructure`), never a 0."""
+
+    kind: ClassVar[str] = "infrastructure"
+
+
 class Scorer(Protocol):
     """Scores one answer against one dataset row (`ground_truth` plus any extra fields)."""
 

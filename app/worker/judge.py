@@ -3,7 +3,8 @@
 The client is the worker's Runner's (`Runner.model`): the same profiles, URL, key, timeout,
 retries and shared HTTP connection pool as every task's model. What to send and how to
 read the replies is `app.scoring.judge`; every exchange goes into the item's detail,
-and a failed call is a ScorerError (the item's error, never a silent 0).
+and a failed call is a ScorerError (the item's error, never a silent 0); a judge out of
+reach is a JudgeUnavailable, which the scoring loop tries again later.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.agent.types import ChatModel, Completion, Message
-from app.errors import AppError
+from app.errors import AppError, LLMError
 from app.runner.episode import Runner
 from app.scoring.judge import LlmJudgeScorer, judge_messages, judged
-from app.scoring.types import Score, ScorerError
+from app.scoring.types import JudgeUnavailable, Score, ScorerError
 from app.specs import LLMSpec
 
 
@@ -47,9 +48,11 @@ async def judge(
     if failure is not None:
         if not isinstance(failure, Exception):
             raise failure  # a cancellation: the worker stops
-        # Any failure of the call (the model's, the client's, a reply it could not read)
-        # is this item's: retrying it forever would keep the experiment running.
-        raise ScorerError(f"the judge's call failed: {_why(failure)}", detail)
+        # A judge out of reach is the infrastructure's failure (the caller may try again
+        # later); any other failure of the call (a refusal, a reply it could not read) is
+        # this item's: retrying it forever would keep the experiment running.
+        failed = JudgeUnavailable if _unreachable(failure) else ScorerError
+        raise failed(f"the judge's call failed: {_why(failure)}", detail)
     score = judged(scorer, exchanges, answer)
     return Score(score.value, {**score.detail, "model": llm.model, "prompt": messages})
 
@@ -77,6 +80,14 @@ def _exchange(reply: Completion) -> dict[str, Any]:
         "prompt_tokens": reply.prompt_tokens,
         "completion_tokens": reply.completion_tokens,
     }
+
+
+def _unreachable(exc: Exception) -> bool:
+    """No answer, or one saying the server is overloaded or broken (429, 5xx)."""
+    if not isinstance(exc, LLMError):
+        return False
+    status = exc.details.get("status") if isinstance(exc.details, dict) else None
+    return status is None or status == 429 or status >= 500
 
 
 def _why(exc: BaseException) -> str:

@@ -10,7 +10,10 @@ cancellation), so another worker takes them at once; one killed costs a lease: a
 worker scores those items again once it expires, and the score is stored once. Each claim
 is counted, so an answer whose scoring never comes back (it kills its worker every time,
 Docker stays unreachable) ends a scorer error after `experiment_scoring_max_claims`.
-Anything else a scorer raises is that item's scorer error at once, never a retry.
+A judge out of reach (`JudgeUnavailable`: no connection, 429, 5xx) is tried again the same
+way while the item's claims stay within the experiment's `infrastructure_retries`; then it
+ends not scored (`infrastructure`). Anything else a scorer raises is that item's scorer
+error at once, never a retry.
 
 Dispatch by the scorer's kind: `llm_judge` through the Runner's model clients
 (`app.worker.judge`), `python` in a fresh sandbox on this worker's Docker host
@@ -38,7 +41,7 @@ from app.sandbox.reaper import INSTANCE_LABEL, WORKER_LABEL
 from app.scoring.judge import LlmJudgeScorer
 from app.scoring.offload import score_off_loop
 from app.scoring.python_code import PythonScorer
-from app.scoring.types import Score, Scorer, ScorerError, ScoringFailed
+from app.scoring.types import JudgeUnavailable, Score, Scorer, ScorerError, ScoringFailed
 from app.services.experiments import scoring as experiment_scoring
 from app.services.experiments.scoring import Claimed, stored_scorer, wake_followers
 from app.worker.context import WorkerContext
@@ -83,9 +86,18 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
         await _release(ctx, claimed)
         raise
     except RETRIED_ERRORS:  # tried again after a backoff, not after the whole lease
-        delay = ctx.settings.experiment_scoring_retry_s * 2 ** max(claimed.claims - 1, 0)
-        await _release(ctx, claimed, retry_in_s=delay)
+        await _release(ctx, claimed, retry_in_s=_backoff_s(ctx, claimed))
         raise
+    if isinstance(found, JudgeUnavailable) and claimed.claims <= claimed.retries:
+        delay = _backoff_s(ctx, claimed)
+        log.info(
+            "the judge of %s is out of reach; scoring again in %g s: %s",
+            claimed.experiment_id,
+            delay,
+            found.message,
+        )
+        await _release(ctx, claimed, retry_in_s=delay)
+        return
     try:
         events = await experiment_scoring.write_score(ctx.sessions, claimed, found)
     except RETRIED_DB_ERRORS:
@@ -99,6 +111,12 @@ async def _score_one(ctx: WorkerContext, claimed: Claimed) -> None:
     if not events:
         log.info("lost the scoring lease of an item of %s; not written", claimed.experiment_id)
     await wake_followers(ctx.redis, claimed.experiment_id, events)
+
+
+def _backoff_s(ctx: WorkerContext, claimed: Claimed) -> float:
+    """`SANDHIVE_EXPERIMENT_SCORING_RETRY_S`, doubled at each further try."""
+    doubling: int = 2 ** max(claimed.claims - 1, 0)
+    return ctx.settings.experiment_scoring_retry_s * doubling
 
 
 async def _release(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import uuid
 from typing import Any
 
 import httpx
@@ -21,7 +22,7 @@ from app.db.engine import Sessions
 from app.sandbox import DockerHost
 from app.sandbox.python_scorer.score import RUN_LABEL, SCORER_LABEL
 from app.sandbox.reaper import WORKER_LABEL
-from app.scripted import ScriptedLLMServer
+from app.scripted import Script, ScriptedLLMServer, Turn
 from tests.api.conftest import assert_error
 from tests.episodes.conftest import (
     ALICE,
@@ -228,6 +229,19 @@ async def test_an_llm_judge_rewards_the_answer_once_and_a_garbage_verdict_is_an_
     assert refused["details"]["error_kind"] == "scorer"
     assert [e["reply"] for e in refused["details"]["exchanges"]] == ["Who is to say what is right?"]
     assert_error(await reward(api, unsure, headers=BOB), 404, "not_found")
+
+
+async def test_a_judge_out_of_reach_makes_the_reward_an_infrastructure_error_not_a_zero(
+    worker: AppProcess, api: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    judge = f"episode-judge-down-{uuid.uuid4().hex[:8]}"
+    scripted_llm.add_script(judge, Script([Turn(content="CORRECT")], tools="none", fail_status=503))
+    scorer = {"kind": "llm_judge", "profile": "default", "model": judge}
+    judged, _ = await submitted(api, "42", scorer=scorer)
+    refused = assert_error(await reward(api, judged), 409, "conflict")
+    assert refused["details"]["error_kind"] == "infrastructure"  # the trainer masks it out
+    assert "the judge's call failed" in refused["message"]
+    assert "HTTP 503" in refused["message"]
 
 
 async def test_a_worker_killed_while_it_scores_makes_the_reward_an_infrastructure_error(

@@ -136,23 +136,59 @@ async def test_a_judge_that_answers_garbage_makes_each_item_a_scorer_error_not_a
     assert sample("sandhive_worker_scorer_errors_total", {"kind": "llm_judge"}) == errors + 2
 
 
-async def test_a_judge_that_fails_is_a_scorer_error_with_the_failure_in_detail(
+async def test_a_judge_out_of_reach_is_tried_again_then_not_scored_never_a_zero(
     fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
 ) -> None:
     answerer = scripted(scripted_llm, "answers", "4")
     judge = f"down-{uuid.uuid4().hex[:8]}"
     scripted_llm.add_script(judge, Script([Turn(content="CORRECT")], tools="none", fail_status=500))
     scorer = {"kind": "llm_judge", "profile": "default", "model": judge, "repeats": 2}
+    quick = {"llm_max_retries": 0, "experiment_scoring_retry_s": 0.2}
+    async with running_worker(fast.model_copy(update=quick)):
+        url = await submit(client, {**body(answerer, scorer, rows=1), "infrastructure_retries": 2})
+        await settled(client, url, "finished")
+    (item,) = (await client.get(f"{url}/items")).json()["items"]
+    assert (item["status"], item["error_kind"], item["score"]) == ("error", "infrastructure", None)
+    assert item["detail"]["message"].startswith("the judge's call failed: LLM endpoint")
+    assert "HTTP 500" in item["detail"]["message"]
+    assert len(item["detail"]["exchanges"]) == 2
+    assert all("error" in e for e in item["detail"]["exchanges"])
+    assert scripted_llm.requests[judge] == 3 * 2, "tried 1 + 2 retries times, 2 repeats each"
+    (arm,) = (await client.get(f"{url}/results")).json()["arms"]
+    assert (arm["mean"], arm["coverage"]["scored"], arm["coverage"]["not_scored"]) == (None, 0, 1)
+
+
+async def test_a_judge_back_within_the_retries_scores_the_answer(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    answerer = scripted(scripted_llm, "answers", "4")
+    judge = f"flaky-{uuid.uuid4().hex[:8]}"
+    script = Script([Turn(content="CORRECT")], tools="none", fail_status=503, fail_count=2)
+    scripted_llm.add_script(judge, script)
+    scorer = {"kind": "llm_judge", "profile": "default", "model": judge, "repeats": 2}
+    quick = {"llm_max_retries": 0, "experiment_scoring_retry_s": 0.2}
+    async with running_worker(fast.model_copy(update=quick)):
+        url = await submit(client, body(answerer, scorer, rows=1))  # 1 retry by default
+        await settled(client, url, "finished")
+    (item,) = (await client.get(f"{url}/items")).json()["items"]
+    assert (item["status"], item["score"]) == ("scored", 1.0)
+    assert scripted_llm.requests[judge] == 4  # the first try's two calls failed
+
+
+async def test_a_judge_that_refuses_the_request_is_a_scorer_error_at_once(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    answerer = scripted(scripted_llm, "answers", "4")
+    judge = f"refuses-{uuid.uuid4().hex[:8]}"
+    scripted_llm.add_script(judge, Script([Turn(content="CORRECT")], tools="none", fail_status=400))
+    scorer = {"kind": "llm_judge", "profile": "default", "model": judge}
     async with running_worker(fast.model_copy(update={"llm_max_retries": 0})):
         url = await submit(client, body(answerer, scorer, rows=1))
         await settled(client, url, "finished")
     (item,) = (await client.get(f"{url}/items")).json()["items"]
     assert (item["status"], item["error_kind"]) == ("error", "scorer")
-    assert item["detail"]["message"].startswith("the judge's call failed")
-    assert len(item["detail"]["exchanges"]) == 2
-    assert all("error" in e for e in item["detail"]["exchanges"])
-    (arm,) = (await client.get(f"{url}/results")).json()["arms"]
-    assert (arm["mean"], arm["coverage"]["scored"], arm["coverage"]["not_scored"]) == (None, 0, 1)
+    assert "HTTP 400" in item["detail"]["message"]
+    assert scripted_llm.requests[judge] == 1, "a refusal is not retried"
 
 
 async def test_a_worker_stopped_while_judging_gives_the_answer_back_to_another_at_once(

@@ -63,6 +63,9 @@ class Claimed:
     """`scoring_until` as this claim set it: the write must find it unchanged."""
     claims: int = 1
     """How many times the item's current scoring has been claimed, this claim included."""
+    retries: int = 0
+    """The experiment's `infrastructure_retries` (0 once it is cancelled): how many more
+    tries a judge out of reach gets."""
 
 
 async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claimed]:
@@ -74,7 +77,7 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
         lease = now + timedelta(seconds=lease_s)
         rows = list(
             await session.execute(
-                with_rows(select(Item, Exp.spec, ROW))
+                with_rows(select(Item, Exp.spec, Exp.status, ROW))
                 .join(Exp, Exp.id == Item.experiment_id)
                 .where(Exp.status.in_(("running", "cancelled")))  # finished: none left
                 .where(Item.status == "scoring")
@@ -84,7 +87,7 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
                 .with_for_update(of=Item, skip_locked=True)
             )
         )
-        for item, _, _ in rows:
+        for item, *_ in rows:
             item.scoring_until = lease
             item.scoring_claims += 1
     return [
@@ -98,8 +101,9 @@ async def claim(sessions: Sessions, *, limit: int, lease_s: float) -> list[Claim
             dict(row),
             lease,
             item.scoring_claims,
+            int(spec.get("infrastructure_retries", 0)) if status == "running" else 0,
         )
-        for item, spec, row in rows
+        for item, spec, status, row in rows
     ]
 
 

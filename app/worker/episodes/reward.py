@@ -46,11 +46,16 @@ STORE_BACKOFF_S = 0.25
 
 
 def needs_scoring(
-    settings: Settings, opening: Opening, finish_reason: str, answer: str | None
+    settings: Settings,
+    opening: Opening,
+    finish_reason: str,
+    answer: str | None,
+    error_kind: str | None = None,
 ) -> bool:
-    """Whether the worker scores this ending: a deferred scorer and a submitted answer (an
-    episode that never submitted scores 0 in the API, without its scorer)."""
-    if opening.scorer is None or finish_reason != "submitted" or answer is None:
+    """Whether the worker scores this ending: a deferred scorer and an answer the episode's
+    rule scores (`Opening.scores`; an episode that never submitted scores 0 in the API,
+    without its scorer, unless it asked for its answer file to be scored)."""
+    if opening.scorer is None or answer is None or not opening.scores(finish_reason, error_kind):
         return False
     try:
         return is_deferred(stored_scorer(opening.scorer, settings))
@@ -82,11 +87,13 @@ async def _score(
         return ScorerError(f"the episode's scorer cannot be built any more: {exc}"), SCORER
     row = scorer_row(opening.id, opening.prompt, opening.ground_truth)
     try:
-        return await score_with(ctx, scorer, answer, row), SCORER
+        found = await score_with(ctx, scorer, answer, row)
     except RETRIED_ERRORS as exc:  # no second try: the trainer masks it out of the loss
         log.warning("episode %s: scoring failed on this worker: %r", opening.id, exc)
         why = f"infrastructure: the worker could not run the scorer: {type(exc).__name__}: {exc}"
         return ScorerError(why[:1000]), INFRASTRUCTURE
+    # A judge out of reach is the infrastructure's failure (JudgeUnavailable), as above.
+    return found, found.kind if isinstance(found, ScorerError) else SCORER
 
 
 async def _store(ctx: WorkerContext, episode_id: str, reward: dict[str, Any]) -> None:
