@@ -75,11 +75,9 @@ async def reward(
             f"not scored: the episode was ended by the infrastructure ({row.finish_reason})",
             details={"error_kind": INFRASTRUCTURE, "finish_reason": row.finish_reason},
         )
-    if row.finish_reason != "submitted":
-        # The paper's rule: an episode that never submitted (overlong, cut) scores 0.
-        return RewardOut(score=0.0, reason=f"never submitted ({row.finish_reason})", **base)
-    if row.answer is None:
-        return RewardOut(score=0.0, reason="submitted without an answer file", **base)
+    zero = _zero_why(row)
+    if zero is not None:
+        return RewardOut(score=0.0, reason=zero, **base)
     if is_deferred(scorer):
         result = row.reward or await _unscored(sessions, redis, settings, row, scorer.kind)
         if result.get("error_kind") is not None:
@@ -91,6 +89,20 @@ async def reward(
     except ScorerError as exc:
         raise _failed(stored(scorer.kind, exc)) from exc
     return RewardOut(score=score.value, detail=score.detail, **base)
+
+
+def _zero_why(row: models.EpisodeRow) -> str | None:
+    """Why the episode scores 0 without its scorer: it never submitted (the paper's rule
+    for overlong episodes, unless it asked for its answer file to be scored), or there is
+    no answer file; None when its answer is to be scored."""
+    submitted = row.finish_reason == "submitted"
+    if not submitted and row.spec.get("unsubmitted") != "answer_file":
+        return f"never submitted ({row.finish_reason})"
+    if row.answer is None:
+        if submitted:
+            return "submitted without an answer file"
+        return f"no answer file (never submitted: {row.finish_reason})"
+    return None
 
 
 async def _unscored(

@@ -45,6 +45,16 @@ class Opening:
     scorer: dict[str, Any] | None = None
     """The reward's scorer spec: a deferred one is run by the worker once the loop ends."""
     ground_truth: Any = None
+    unsubmitted: str = "zero"
+    """`answer_file`: an ending without `submit` is scored on the answer file too."""
+
+    def scores(self, finish_reason: str, error_kind: str | None) -> bool:
+        """Whether this ending's answer file is scored (else its reward is 0, or none for
+        an infrastructure failure): a submit, or any ending of the policy's own with
+        `unsubmitted: answer_file`."""
+        if error_kind == "infrastructure":
+            return False
+        return finish_reason == "submitted" or self.unsubmitted == "answer_file"
 
 
 def new_episode_id() -> str:
@@ -80,6 +90,7 @@ def new_row(settings: Settings, tenant: str, body: EpisodeCreate) -> models.Epis
         spec={
             "task": stored(spec),
             "inputs": [[path, base64.b64encode(data).decode()] for path, data in inputs],
+            "unsubmitted": body.unsubmitted,
         },
         scorer=body.scorer,
         ground_truth=body.ground_truth,
@@ -136,7 +147,8 @@ async def assign(sessions: Sessions, episode_id: str, worker: str) -> Opening | 
         data: dict[str, Any] = row.spec
         inputs = [(str(path), base64.b64decode(blob)) for path, blob in data["inputs"]]
         spec = read_spec(data["task"])
-        return Opening(row.id, row.prompt, spec, inputs, row.scorer, row.ground_truth)
+        unsubmitted = str(row.spec.get("unsubmitted", "zero"))
+        return Opening(row.id, row.prompt, spec, inputs, row.scorer, row.ground_truth, unsubmitted)
 
 
 async def end(

@@ -205,7 +205,9 @@ class EpisodeServer:
         neither a reward nor a scorer behind it."""
         answer = episode.answer(self.ctx.settings.answer_max_bytes)
         reason = str(reply["finish_reason"])
-        scored = needs_scoring(self.ctx.settings, episode.opening, reason, answer)
+        scored = needs_scoring(
+            self.ctx.settings, episode.opening, reason, answer, reply.get("error_kind")
+        )
         async with scoring_lease(self.ctx, episode.id) if scored else nullcontext():
             ended = await rows.end(
                 self.ctx.sessions,
