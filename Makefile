@@ -32,7 +32,8 @@ image:    ## the sandbox image, base built from Debian packages (no registry nee
 migrate:  ## apply migrations to SANDHIVE_DATABASE_URL
 	.venv/bin/sandhive migrate
 
-run:      ## migrate, then the API on 127.0.0.1:8000 and one worker, with the scripted demo profile; Ctrl-C stops both
+run:      ## migrate, then the API on 127.0.0.1:8000 and one worker, with the scripted demo profile and image builds; Ctrl-C stops both
 	.venv/bin/sandhive migrate
 	export SANDHIVE_SCRIPTED_PROFILE=$${SANDHIVE_SCRIPTED_PROFILE:-true}; \
+	export SANDHIVE_IMAGE_BUILDS=$${SANDHIVE_IMAGE_BUILDS:-true}; \
 	trap 'kill 0' INT TERM; .venv/bin/sandhive worker & .venv/bin/sandhive serve --port 8000; wait

@@ -543,6 +543,25 @@ class Settings(BaseSettings):
     """Largest stdin a command request may carry (413 above); it travels through Redis."""
     sandbox_files_max_bytes: int = Field(default=128 * 2**20, ge=1, le=512 * 2**20)
     """Largest file `GET`/`PUT /v1/sandboxes/{id}/files` reads or writes (413 above)."""
+    image_builds: bool = False
+    """Let tenants build their own sandbox images from a Dockerfile (`POST
+    /v1/images/builds`; 403 otherwise). Its `RUN` steps run in Docker's build containers,
+    with no network and the limits below but under Docker's default confinement, not the
+    sandbox's hardening or runtime: turn on only for tenants you would let run code under
+    plain Docker (docs/images.md#tenant-images). `make run` turns it on."""
+    image_build_max_bytes: int = Field(default=32 * 2**20, ge=1024, le=512 * 2**20)
+    """Largest build request (its Dockerfile and base64 build context; 413 above): the
+    context is kept in Postgres, so any worker can build the image again."""
+    image_build_timeout_s: float = Field(default=900.0, gt=0)
+    """How long one build may take (it fails after; the request waits this long)."""
+    image_build_memory_mb: int = Field(default=4096, ge=64)
+    """Memory of each build step's container."""
+    image_build_cpus: float = Field(default=2.0, gt=0)
+    """CPU cores of each build step's container."""
+    image_build_max_concurrent: int = Field(default=1, ge=1)
+    """Builds one worker runs at once (more wait their turn)."""
+    tenant_max_image_builds: int = Field(default=50, ge=1)
+    """Images one tenant may keep built (409 above: delete one first)."""
     task_files_max_read_bytes: int = Field(default=10 * 2**20, ge=1)
     """Largest file `GET /v1/tasks/{id}/files/{path}` reads from a running sandbox (413 above)."""
     task_files_max_write_bytes: int = Field(default=10 * 2**20, ge=0, le=256 * 2**20)

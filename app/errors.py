@@ -34,6 +34,12 @@ class IdempotencyKeyReused(InvalidInput):
     code = "idempotency_key_reused"
 
 
+class BuildFailed(InvalidInput):
+    """A tenant's Dockerfile did not build (a step failed, or it took too long)."""
+
+    code = "build_failed"
+
+
 class UnsupportedMediaType(AppError):
     """The body's content type is not one the route takes."""
 
@@ -56,6 +62,12 @@ class Forbidden(AppError):
     """The target refuses the operation itself (a file the sandbox may not write)."""
 
     status, code = 403, "forbidden"
+
+
+class ImageBuildsDisabled(Forbidden):
+    """The operator has not let tenants build images (`SANDHIVE_IMAGE_BUILDS`)."""
+
+    code = "image_builds_disabled"
 
 
 class InsufficientStorage(AppError):

@@ -85,6 +85,13 @@ SANDBOX_COMMAND_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, *_LATENCY),
     registry=REGISTRY,
 )
+IMAGE_BUILD_SECONDS = Histogram(
+    "sandhive_worker_image_build_seconds",
+    "One build of a tenant's image (/v1/images/builds), by outcome: built or failed.",
+    ["outcome"],
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900),
+    registry=REGISTRY,
+)
 LIVE_EVENTS_DROPPED = Counter(
     "sandhive_live_events_dropped",
     "Live-only events that never reached followers, by reason (publish_failed: Redis refused"
@@ -115,6 +122,8 @@ EGRESS_BLOCKED = Counter(
 )
 for _source in ("warm", "cold"):  # every series shows from the first scrape, at 0
     SANDBOX_START_SECONDS.labels(_source)
+for _outcome in ("built", "failed"):
+    IMAGE_BUILD_SECONDS.labels(_outcome)
 LIVE_EVENTS_DROPPED.labels("publish_failed")
 LIVE_EVENTS_DROPPED.labels("backlog")
 

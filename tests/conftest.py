@@ -33,7 +33,7 @@ SANDBOX_IMAGE = os.environ.get("SANDHIVE_TEST_SANDBOX_IMAGE", "sandhive-sandbox:
 TABLES = (
     "events, steps, artifacts, task_inputs, tasks, api_keys, "
     "experiment_events, experiment_items, experiments, episodes, "
-    "webhook_subscriptions, webhook_deliveries, sandbox_commands, sandboxes"
+    "webhook_subscriptions, webhook_deliveries, sandbox_commands, sandboxes, image_builds"
 )
 
 

@@ -52,6 +52,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         # stdin travels base64 in the JSON of a command
         sandbox_exec_max=settings.sandbox_exec_max_stdin_bytes * 4 // 3
         + settings.max_json_body_bytes,
+        image_build_max=settings.image_build_max_bytes,
     )
     if settings.allowed_origins:
         app.add_middleware(
@@ -161,6 +162,7 @@ class BodyLimit:
         files_max: int | None = None,
         sandbox_files_max: int | None = None,
         sandbox_exec_max: int | None = None,
+        image_build_max: int | None = None,
     ) -> None:
         self.app = app
         self.json_max = json_max
@@ -172,6 +174,8 @@ class BodyLimit:
         """Cap of a sandbox's file write (`PUT /v1/sandboxes/{id}/files`)."""
         self.sandbox_exec_max = sandbox_exec_max
         """Cap of a sandbox's command (`POST /v1/sandboxes/{id}/exec`): its stdin, base64."""
+        self.image_build_max = image_build_max
+        """Cap of a tenant's image build (`POST /v1/images/builds`): its context, base64."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -187,6 +191,8 @@ class BodyLimit:
             limit = self.sandbox_files_max
         elif upload == "exec" and self.sandbox_exec_max is not None:
             limit = self.sandbox_exec_max
+        elif upload == "build" and self.image_build_max is not None:
+            limit = self.image_build_max
         declared = _content_length(headers)
         # A sandbox file's refusal names it, as the route's own would (`details.reason`).
         details = _file_details(scope) if upload == "files" else None
@@ -223,8 +229,11 @@ _SANDBOX_UPLOAD = re.compile(r"/v1/sandboxes/[^/]+/(exec|exec/stream|files)$")
 
 
 def _sandbox_upload(scope: Scope) -> str | None:
-    """`files` for a sandbox's file write, `exec` for its command; None otherwise."""
+    """`files` for a sandbox's file write, `exec` for its command, `build` for an image
+    build; None otherwise."""
     method, path = scope.get("method"), scope.get("path", "")
+    if method == "POST" and path == "/v1/images/builds":
+        return "build"
     found = _SANDBOX_UPLOAD.match(path) if method in ("POST", "PUT") else None
     if found is None:
         return None

@@ -425,3 +425,33 @@ class WebhookDelivery(Base):
 TASKS = cast(Table, Task.__table__)
 STEPS = cast(Table, Step.__table__)
 EVENTS = cast(Table, Event.__table__)
+
+
+class ImageBuildRow(Base):
+    """A tenant's own sandbox image (`/v1/images/builds`): its Dockerfile and build context,
+    kept so that any worker lacking the image can build it again, and how its last build
+    went."""
+
+    __tablename__ = "image_builds"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    """`building`, `ready` or `failed`."""
+    digest: Mapped[str] = mapped_column(String(64))
+    base: Mapped[str] = mapped_column(String(64))
+    """The catalogue image the final stage is built FROM."""
+    reference: Mapped[str] = mapped_column(String(200))
+    dockerfile: Mapped[str] = mapped_column(Text)
+    """As built: its `FROM`s naming Docker references."""
+    context: Mapped[bytes | None] = mapped_column(LargeBinary)
+    build_args: Mapped[dict[str, str]] = mapped_column(JSONB)
+    description: Mapped[str] = mapped_column(Text)
+    image_config: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """The built image's `workdir`, `user` and `env`."""
+    error: Mapped[str | None] = mapped_column(Text)
+    log: Mapped[str] = mapped_column(Text, default="", server_default=text("''"))
+    worker: Mapped[str | None] = mapped_column(String(200))
+    """The worker that built it last."""
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+    built_at: Mapped[datetime | None] = mapped_column(_TZ)

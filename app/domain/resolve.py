@@ -234,22 +234,32 @@ def _resolve_limits(limits: Limits, settings: Settings, problems: list[Problem])
     )
 
 
-def resolve_sandbox(box: SandboxRequest, settings: Settings, *, tenant: str) -> SandboxSpec:
+def resolve_sandbox(
+    box: SandboxRequest,
+    settings: Settings,
+    *,
+    tenant: str,
+    own: Mapping[str, Image] | None = None,
+) -> SandboxSpec:
     """A sandbox request on its own (`/v1/sandboxes`), resolved as a task's is; 422 naming
-    every problem."""
+    every problem. `own`: the tenant's own images (`built/NAME`), besides the catalogue."""
     problems: list[Problem] = []
-    spec = _resolve_sandbox(box, settings, problems, tenant)
+    spec = _resolve_sandbox(box, settings, problems, tenant, own or {})
     if problems:
         raise InvalidInput(_summary(problems), details=problems)
     return spec
 
 
 def _resolve_sandbox(
-    box: SandboxRequest, settings: Settings, problems: list[Problem], tenant: str | None
+    box: SandboxRequest,
+    settings: Settings,
+    problems: list[Problem],
+    tenant: str | None,
+    own: Mapping[str, Image] | None = None,
 ) -> SandboxSpec:
     if box.network == "egress" and not settings.sandbox_egress_enabled:
         problems.append(problem(("sandbox", "network"), "egress is not enabled on this server"))
-    image = _catalogue_image(box.image, settings, problems, tenant)
+    image = _catalogue_image(box.image, settings, problems, tenant, own or {})
     return SandboxSpec(
         image=image.reference,
         image_name=image.name,
@@ -296,16 +306,20 @@ def _allow_domains(box: SandboxRequest, settings: Settings, problems: list[Probl
 
 
 def _catalogue_image(
-    name: str, settings: Settings, problems: list[Problem], tenant: str | None
+    name: str,
+    settings: Settings,
+    problems: list[Problem],
+    tenant: str | None,
+    own: Mapping[str, Image],
 ) -> Image:
     """The named image when the tenant may use it; else a problem listing those it may (the
     same words for an unknown and a forbidden one: no tenant learns of another's images).
     Resolving goes on with `default`'s limits, so the other problems are still reported."""
     images = catalogue(settings)
-    image = images.get(name)
+    image = own.get(name) or images.get(name)
     if image is not None and image.allows(tenant):
         return image
-    available = allowed(images, tenant)
+    available = allowed(images, tenant) + sorted(own)
     msg = f"image {name!r} is not available; available: {', '.join(available) or 'none'}"
     problems.append(problem(("sandbox", "image"), msg, "unknown_image", available=available))
     return images[DEFAULT_IMAGE]

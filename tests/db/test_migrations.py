@@ -35,6 +35,7 @@ MODEL_TABLES = {
     "webhook_deliveries",
     "sandboxes",
     "sandbox_commands",
+    "image_builds",
 }
 
 

@@ -134,9 +134,16 @@ def test_every_block_that_calls_the_api_is_run_or_named_with_why() -> None:
 
 @pytest.fixture
 def bare(settings: Settings) -> Settings:
-    """`make run`: the scripted profile alone, no real model, API keys on (the default)."""
+    """`make run`: the scripted profile alone, no real model, API keys on (the default),
+    tenants' image builds on."""
     return settings.model_copy(
-        update={"scripted_profile": True, "llm_base_url": "", "llm_model": "", "auth": "keys"}
+        update={
+            "scripted_profile": True,
+            "llm_base_url": "",
+            "llm_model": "",
+            "auth": "keys",
+            "image_builds": True,
+        }
     )
 
 

@@ -68,6 +68,7 @@ def fill(
         .replace("{webhook_id}", webhook_id)
         .replace("{episode_id}", "epi_01JZZZZZZZZZZZZZZZZZZZZZZZ")
         .replace("{sandbox_id}", "sbx_01JZZZZZZZZZZZZZZZZZZZZZZZ")
+        .replace("{name}", "no-such-image")
     )
 
 
@@ -111,6 +112,7 @@ EXACT_BODIES: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/episodes"): {"prompt": "p"},
     ("POST", "/v1/sandboxes"): {},
+    ("POST", "/v1/images/builds"): {"name": "matrix", "dockerfile": "FROM default\n"},
 }
 POST_BODIES_BY_SUFFIX: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("/regrade",), {"scorer": {"kind": "exact"}}),
@@ -191,6 +193,10 @@ def passing(method: str, template: str) -> tuple[int, ...]:
         return (200, 204, 404)  # the subscription (gone once its DELETE came first)
     if "{delivery_id}" in template:
         return (404,)  # let through to a delivery that does not exist
+    if template == "/v1/images/builds":
+        return (200, 403)  # let through: builds are off on this server
+    if "{name}" in template:
+        return (404,)  # let through to an image build that does not exist
     return (200, 201, 202, 204, 409)
 
 

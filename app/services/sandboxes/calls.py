@@ -13,17 +13,15 @@ checks) ends the sandbox `worker_lost` (503); a live one that did not answer in 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 
 from app.bus import files as bus
-from app.bus import keys, leases
+from app.bus import leases
 from app.config import Settings
 from app.db.engine import Sessions
-from app.domain.image_catalogue import DEFAULT as DEFAULT_IMAGE
 from app.errors import (
     AppError,
     Conflict,
@@ -31,8 +29,9 @@ from app.errors import (
     Unavailable,
     WorkerTimeout,
 )
+from app.schemas.images import BUILT_PREFIX
 from app.schemas.sandboxes import SandboxCreate, SandboxOut
-from app.services.admin import service as admin
+from app.services.sandboxes import builds, placement
 from app.services.sandboxes import service as rows
 from app.services.tasks.files import REFUSALS
 
@@ -56,9 +55,13 @@ class Held:
 async def create(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: SandboxCreate
 ) -> SandboxOut:
-    row = rows.new_row(settings, tenant, body)
+    own = await builds.own_images(sessions, settings, tenant) if _built(body.image) else {}
+    row = rows.new_row(settings, tenant, body, {name: it.image for name, it in own.items()})
     image = row.spec["sandbox"]["image_name"]
-    workers = await _candidates(sessions, redis, image)
+    if image in own:  # a worker lacking it builds it from the stored Dockerfile first
+        row.spec["built"] = own[image].provenance()
+        image = own[image].base
+    workers = await placement.candidates(sessions, redis, image)
     if not workers:
         raise Unavailable(
             f"no live worker can start a sandbox of the image {image!r} (start one: sandhive"
@@ -76,7 +79,9 @@ async def create(
             break
         request = {"op": "create", "sandbox_id": row.id}
         sent = await bus.send(redis, worker, request, timeout_s=left, kind=KIND)
-        reply = await bus.wait_reply(redis, sent.reply, timeout_s=left, alive=_alive(redis, worker))
+        reply = await bus.wait_reply(
+            redis, sent.reply, timeout_s=left, alive=placement.worker_alive(redis, worker)
+        )
         if reply is None:
             await bus.abandon(redis, sent)
             continue
@@ -99,26 +104,8 @@ async def create(
     )
 
 
-async def _candidates(sessions: Sessions, redis: Redis, image: str) -> list[str]:
-    """Live workers that have the image and sandbox slots and are not drained, least busy
-    first (every worker runs `default`, as for tasks and episodes, whatever its heartbeat
-    lists yet)."""
-    load = await rows.load_per_worker(sessions)
-    workers = [
-        worker.name
-        for worker in await admin.list_workers(redis)
-        if not worker.draining
-        and worker.sandbox_slots != 0
-        and (image == DEFAULT_IMAGE or image in worker.images)
-    ]
-    return sorted(workers, key=lambda name: (load.get(name, 0), name))
-
-
-def _alive(redis: Redis, worker: str) -> Callable[[], Awaitable[bool]]:
-    async def alive() -> bool:
-        return bool(await redis.exists(keys.worker_heartbeat(worker)))
-
-    return alive
+def _built(image: str) -> bool:
+    return image.startswith(BUILT_PREFIX)
 
 
 async def held(sessions: Sessions, tenant: str, sandbox_id: str) -> Held:
@@ -139,7 +126,7 @@ async def delete(sessions: Sessions, redis: Redis, tenant: str, sandbox_id: str)
     if row.status == "running" and row.worker is not None:
         request = {"op": "delete", "sandbox_id": row.id}
         sent = await bus.send(redis, row.worker, request, timeout_s=ASK_EACH_S, kind=KIND)
-        alive = _alive(redis, row.worker)
+        alive = placement.worker_alive(redis, row.worker)
         if await bus.wait_reply(redis, sent.reply, timeout_s=ASK_EACH_S, alive=alive) is None:
             await bus.abandon(redis, sent)
     # Its worker ended it before answering; or is gone, or slow: ended here, and the
@@ -171,11 +158,13 @@ async def wait(
 ) -> dict[str, Any] | None:
     """The worker's next answer to `sent`, None after `timeout_s` from a live worker; the
     error it stands for otherwise (a lost worker, a refusal), the request abandoned."""
-    alive = _alive(redis, box.worker)
+    alive = placement.worker_alive(redis, box.worker)
     reply = await bus.wait_reply(redis, sent.reply, timeout_s=timeout_s, alive=alive)
     if reply is None:
         gone = await leases.missing_twice(
-            lambda names: leases.alive(redis, names), [box.worker], settings.worker_heartbeat_s
+            lambda names: leases.alive(redis, names),
+            [box.worker],
+            settings.worker_heartbeat_s,
         )
         if not gone:
             return None

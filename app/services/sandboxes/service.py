@@ -8,6 +8,7 @@ the truth about its deadline: the worker re-reads it before it removes an expire
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from app import defaults
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
+from app.domain.image_catalogue import Image
 from app.domain.resolve import resolve_sandbox
 from app.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from app.ids import new_sandbox_id, utc_now
@@ -50,6 +52,8 @@ class Wanted:
     created_at: datetime
     """Its lifetime cap counts from here: its container's own deadline."""
     expires_at: datetime
+    built: dict[str, str] | None = None
+    """Of a tenant's own image: its `name`, `base` catalogue image and `digest`."""
 
 
 def out(row: models.SandboxRow) -> SandboxOut:
@@ -75,8 +79,14 @@ def out(row: models.SandboxRow) -> SandboxOut:
     )
 
 
-def new_row(settings: Settings, tenant: str, body: SandboxCreate) -> models.SandboxRow:
-    """The `starting` sandbox a request makes, checked (422) but not stored yet."""
+def new_row(
+    settings: Settings,
+    tenant: str,
+    body: SandboxCreate,
+    own: Mapping[str, Image] | None = None,
+) -> models.SandboxRow:
+    """The `starting` sandbox a request makes, checked (422) but not stored yet; `own`: the
+    tenant's own images (`built/NAME`) it may name besides the catalogue's."""
     ttl_s = body.ttl_s or min(DEFAULT_TTL_S, settings.sandbox_max_lifetime_s)
     if ttl_s > settings.sandbox_max_lifetime_s:
         raise InvalidInput(
@@ -90,7 +100,7 @@ def new_row(settings: Settings, tenant: str, body: SandboxCreate) -> models.Sand
             " (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS)",
             details=[{"loc": ["body", "read_only_rootfs"], "msg": "not allowed", "type": "policy"}],
         )
-    sandbox = resolve_sandbox(body, settings, tenant=tenant)
+    sandbox = resolve_sandbox(body, settings, tenant=tenant, own=own)
     now = utc_now()
     return models.SandboxRow(
         id=new_sandbox_id(),
@@ -141,6 +151,7 @@ def wanted(row: models.SandboxRow) -> Wanted:
         read_only_rootfs=bool(row.spec["read_only_rootfs"]),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        built=row.spec.get("built"),
     )
 
 

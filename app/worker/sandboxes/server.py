@@ -41,6 +41,7 @@ from app.schemas.files import FileList, FileWritten
 from app.services.sandboxes import service as rows
 from app.worker.context import WorkerContext
 from app.worker.sandboxes import commands, upkeep
+from app.worker.sandboxes.builds import Builder
 
 log = logging.getLogger(__name__)
 KIND = "sandboxes"
@@ -81,6 +82,7 @@ class SandboxServer:
             lambda: asyncio.Semaphore(per_sandbox)
         )
         self._answering: set[asyncio.Task[None]] = set()
+        self.builder = Builder(ctx)
 
     def halt(self) -> None:
         self.halted.set()
@@ -140,11 +142,11 @@ class SandboxServer:
             return False
 
     async def _answer(self, request: dict[str, Any]) -> None:
-        """Answer one request; creates and deletes take no turn (a delete must not wait
-        behind the very commands it ends)."""
+        """Answer one request; creates, deletes and builds take no sandbox's turn (a delete
+        must not wait behind the very commands it ends)."""
         reply, sandbox_id = str(request.get("reply", "")), str(request.get("sandbox_id"))
         try:
-            if request.get("op") in ("create", "delete"):
+            if request.get("op") in ("create", "delete", "build"):
                 final = await self._serve(request, reply)
             else:
                 async with self._per_sandbox[sandbox_id], self._per_worker:
@@ -165,6 +167,8 @@ class SandboxServer:
         op, sandbox_id = request.get("op"), str(request.get("sandbox_id"))
         if op == "create":
             return await self._create(sandbox_id)
+        if op == "build":
+            return await self.builder.answer(request)
         held = self.live.get(sandbox_id)
         if held is None:
             return _gone(self.ctx.name, sandbox_id)
@@ -196,6 +200,8 @@ class SandboxServer:
             if row is None or row.status != "starting":
                 return {"failure": "the sandbox is no longer waiting to start"}
             wanted = rows.wanted(row)
+            if wanted.built is not None:  # a tenant's own image, maybe not built here yet
+                await self.builder.ensure(wanted.tenant, wanted.built, wanted.sandbox.image)
             box = await self._start(wanted)
             try:
                 started = await rows.running(self.ctx.sessions, sandbox_id, self.ctx.name)
@@ -229,8 +235,11 @@ class SandboxServer:
         writable = not wanted.read_only_rootfs  # admitted by the API's operator setting
         if writable:
             labels[WRITABLE_LABEL] = "1"
+        caps = runner.caps_for(box.image_name if wanted.built is None else wanted.built["base"])
+        if wanted.built is not None:  # a tenant's own image, within its base's caps
+            caps = replace(caps, image=box.image)
         config = sandbox_config(
-            runner.caps_for(box.image_name),
+            caps,
             labels=labels,
             cpus=box.cpus,
             memory_mb=box.memory_mb,

@@ -22,6 +22,8 @@ from sandhive_client.models import (
     ExperimentPage,
     FileList,
     FileWritten,
+    Image,
+    ImageBuild,
     SandboxInfo,
     SandboxPage,
     Task,
@@ -33,6 +35,9 @@ CREATE_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 """`POST /v1/sandboxes` answers once the sandbox runs (the server gives up first)."""
 FILE_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 """A file of up to the server's limit (128 MiB by default) goes through its worker."""
+BUILD_TIMEOUT_S = 960.0
+"""How long `images.build` waits for its answer: the server's default build timeout
+(`SANDHIVE_IMAGE_BUILD_TIMEOUT_S`, 900 s), and the upload."""
 EXEC_SLACK_S = 60.0
 """How much longer than a command's own timeout its request may take (start, output)."""
 
@@ -324,3 +329,49 @@ def exec_stream(sandbox_id: str, body: Mapping[str, Any]) -> Call[None]:
         timeout=exec_timeout(body.get("timeout_s")),
         once=True,
     )
+
+
+# Images
+
+
+def _build(response: httpx.Response) -> ImageBuild:
+    return ImageBuild.model_validate(response.json())
+
+
+def build_path(name: str) -> str:
+    return f"/v1/images/builds/{_seg(name)}"
+
+
+def list_images() -> Call[list[Image]]:
+    return Call(
+        "GET",
+        "/v1/images",
+        lambda r: [Image.model_validate(image) for image in r.json()["images"]],
+    )
+
+
+def build_image(body: Mapping[str, Any], timeout_s: float | None) -> Call[ImageBuild]:
+    # Not `once`: a build is idempotent by digest, so a 503 sent again builds nothing twice.
+    return Call(
+        "POST",
+        "/v1/images/builds",
+        _build,
+        json=dict(body),
+        timeout=httpx.Timeout(timeout_s, connect=10.0),
+    )
+
+
+def get_build(name: str) -> Call[ImageBuild]:
+    return Call("GET", build_path(name), _build)
+
+
+def list_builds() -> Call[list[ImageBuild]]:
+    return Call(
+        "GET",
+        "/v1/images/builds",
+        lambda r: [ImageBuild.model_validate(item) for item in r.json()["items"]],
+    )
+
+
+def delete_build(name: str) -> Call[None]:
+    return Call("DELETE", build_path(name), lambda r: None)

@@ -101,7 +101,11 @@ def raise_for_error(
         kind = errors.RateLimited if status == 429 else errors.Unavailable
         raise kind(status, code, message, details, response, retry_after(response))
     reason = details.get("reason") if isinstance(details, dict) else None
-    cls = (by_reason or {}).get((status, str(reason))) or _class_of(status)
+    cls = (
+        (by_reason or {}).get((status, str(reason)))
+        or errors._BY_CODE.get((status, code))
+        or _class_of(status)
+    )
     raise cls(status, code, message, details, response)
 
 

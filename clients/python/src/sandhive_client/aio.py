@@ -1,7 +1,7 @@
 """The asyncio client: `AsyncSandhive(base_url, api_key)`, the same calls as `Sandhive`, awaited.
 
-`.tasks`, `.experiments` and `.sandboxes`, as in `sandhive_client.client`, whose docstrings
-say what each call does."""
+`.tasks`, `.experiments`, `.sandboxes` and `.images`, as in `sandhive_client.client`, whose
+docstrings say what each call does."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sandhive_client import _calls, errors
+from sandhive_client._build import Context, Dockerfile, build_body
 from sandhive_client._exec import StreamedExec
 from sandhive_client._http import (
     Call,
@@ -41,6 +42,8 @@ from sandhive_client.models import (
     ExperimentPage,
     FileList,
     FileWritten,
+    Image,
+    ImageBuild,
     SandboxInfo,
     SandboxPage,
     Task,
@@ -71,6 +74,7 @@ class AsyncSandhive:
         self.tasks = AsyncTasks(self)
         self.experiments = AsyncExperiments(self)
         self.sandboxes = AsyncSandboxes(self)
+        self.images = AsyncImages(self)
 
     async def __aenter__(self) -> AsyncSandhive:
         return self
@@ -305,6 +309,41 @@ class AsyncSandboxes:
         **filters: Any,
     ) -> SandboxPage:
         return await self._c.call(_calls.list_sandboxes(status, limit, cursor, metadata, filters))
+
+
+class AsyncImages:
+    """`client.images`, awaited; see `sandhive_client.client.Images`."""
+
+    def __init__(self, client: AsyncSandhive) -> None:
+        self._c = client
+
+    async def list(self) -> builtins.list[Image]:
+        return await self._c.call(_calls.list_images())
+
+    async def build(
+        self,
+        name: str,
+        dockerfile: Dockerfile,
+        *,
+        context: Context = None,
+        build_args: Mapping[str, str] | None = None,
+        description: str = "",
+        timeout_s: float | None = _calls.BUILD_TIMEOUT_S,
+    ) -> ImageBuild:
+        """As `Images.build`; the context is read and packed in a thread."""
+        body = await asyncio.to_thread(
+            build_body, name, dockerfile, context, build_args, description
+        )
+        return await self._c.call(_calls.build_image(body, timeout_s))
+
+    async def get_build(self, name: str) -> ImageBuild:
+        return await self._c.call(_calls.get_build(name))
+
+    async def list_builds(self) -> builtins.list[ImageBuild]:
+        return await self._c.call(_calls.list_builds())
+
+    async def delete_build(self, name: str) -> None:
+        await self._c.call(_calls.delete_build(name))
 
 
 class AsyncSandbox:

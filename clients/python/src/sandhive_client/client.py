@@ -1,5 +1,5 @@
-"""The synchronous client: `Sandhive(base_url, api_key)`, then `.tasks`, `.experiments` and
-`.sandboxes`."""
+"""The synchronous client: `Sandhive(base_url, api_key)`, then `.tasks`, `.experiments`,
+`.sandboxes` and `.images`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sandhive_client import _calls, errors
+from sandhive_client._build import Context, Dockerfile, build_body
 from sandhive_client._exec import StreamedExec
 from sandhive_client._http import (
     Call,
@@ -37,6 +38,8 @@ from sandhive_client.models import (
     ExperimentPage,
     FileList,
     FileWritten,
+    Image,
+    ImageBuild,
     SandboxInfo,
     SandboxPage,
     Task,
@@ -76,6 +79,7 @@ class Sandhive:
         self.tasks = Tasks(self)
         self.experiments = Experiments(self)
         self.sandboxes = Sandboxes(self)
+        self.images = Images(self)
 
     def __enter__(self) -> Sandhive:
         return self
@@ -338,6 +342,55 @@ class Sandboxes:
         """One page, newest first (`status`: `starting`, `running` or `ended`), only those
         labelled with every `metadata` pair; `sandboxes.get(info.id)` gives a handle on one."""
         return self._c.call(_calls.list_sandboxes(status, limit, cursor, metadata, filters))
+
+
+class Images:
+    """`client.images`: the images sandboxes may name, and the tenant's own, built from a
+    Dockerfile where the operator allows it (`SANDHIVE_IMAGE_BUILDS`)."""
+
+    def __init__(self, client: Sandhive) -> None:
+        self._c = client
+
+    def list(self) -> builtins.list[Image]:
+        """The catalogue images this tenant may use, and its ready builds (`built/NAME`)."""
+        return self._c.call(_calls.list_images())
+
+    def build(
+        self,
+        name: str,
+        dockerfile: Dockerfile,
+        *,
+        context: Context = None,
+        build_args: Mapping[str, str] | None = None,
+        description: str = "",
+        timeout_s: float | None = _calls.BUILD_TIMEOUT_S,
+    ) -> ImageBuild:
+        """Build `dockerfile` (its text, or a Path to read) as the tenant's image `name`, and
+        return it once built: sandboxes then name `built/NAME` (`ImageBuild.image`).
+
+        `context` is a directory (sent as a tar.gz of its tree, symlinks kept as links;
+        `.dockerignore` is not read), a tar archive's bytes or path, or None (`COPY` then
+        has nothing to copy). The same Dockerfile, context and arguments again answer the
+        image already built. ImageBuildFailed (an InvalidInput) when Docker's build failed,
+        with its `log`; InvalidInput for a Dockerfile the server refuses (a `FROM` outside
+        the catalogue, `ADD` of a URL); Forbidden (code `image_builds_disabled`) where
+        builds are off. `timeout_s`: seconds to wait for the answer (None: no limit). A 429
+        or 503 is sent again as other calls are (a build is idempotent); a connection lost
+        while it builds is ConnectionFailed: call again."""
+        body = build_body(name, dockerfile, context, build_args, description)
+        return self._c.call(_calls.build_image(body, timeout_s))
+
+    def get_build(self, name: str) -> ImageBuild:
+        """One of the tenant's builds (NotFound if none has that name), failed ones too."""
+        return self._c.call(_calls.get_build(name))
+
+    def list_builds(self) -> builtins.list[ImageBuild]:
+        """The tenant's builds, newest first."""
+        return self._c.call(_calls.list_builds())
+
+    def delete_build(self, name: str) -> None:
+        """Remove the image (sandboxes running it keep it until they end)."""
+        self._c.call(_calls.delete_build(name))
 
 
 class Sandbox:

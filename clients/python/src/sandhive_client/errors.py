@@ -139,6 +139,19 @@ class SandboxFileTooLarge(SandboxFileError, TooLarge):
     errno_value = errno.EFBIG
 
 
+class ImageBuildFailed(InvalidInput):
+    """422 `build_failed`: Docker could not build the image (`images.build`); `message` names
+    the step that failed, `log` is the end of the build's output and `name` the image's."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: Any, response: httpx.Response
+    ) -> None:
+        super().__init__(status, code, message, details, response)
+        found = details if isinstance(details, dict) else {}
+        self.name = str(found.get("name") or "")
+        self.log = str(found.get("log") or "")
+
+
 class CommandStreamError(SandhiveError):
     """A streamed command's stream ended with the server's `error` event: something broke
     after the command was sent (e.g. its worker was lost, `code` `unavailable`), so it may
@@ -173,6 +186,11 @@ _BY_STATUS: dict[int, type[APIError]] = {
     413: TooLarge,
     422: InvalidInput,
 }
+
+_BY_CODE: dict[tuple[int, str], type[APIError]] = {
+    (422, "build_failed"): ImageBuildFailed,
+}
+"""Finer classes by (status, `code`), whatever the route."""
 
 FILE_ERRORS: dict[tuple[int, str], type[APIError]] = {
     (404, "missing"): SandboxFileNotFound,

@@ -6,10 +6,12 @@ pydantic) and point it at a server with `SANDHIVE_URL` and `SANDHIVE_API_KEY` (o
 `--ek url=...`). Each trial gets one sandbox (`POST /v1/sandboxes`), deleted when the trial
 stops; every command, upload and download is one call of the Sandhive API.
 
-Sandhive builds no images: the task's `environment/Dockerfile` is replayed in a fresh
-sandbox of the catalogue image its `FROM` names (`sandhive_client.harbor_dockerfile` says
-what is supported). Its `RUN` steps write the image's own files, so the sandbox is made with
-`read_only_rootfs: false`, which the operator must allow
+The task's `environment/` folder is built by the server into an image of the tenant's own
+where the operator enabled image builds (`sandhive_client.harbor_build`); otherwise its
+Dockerfile is replayed in a fresh sandbox of the catalogue image its `FROM` names
+(`sandhive_client.harbor_replay`). The `build` option picks (`auto`, `server`, `replay`).
+Harbor writes /logs, /tests and /solution (and a replay the image's own files), so the
+sandbox is made with `read_only_rootfs: false`, which the operator must allow
 (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS=true`). The guide: docs/harbor.md in the Sandhive
 repository.
 
@@ -19,19 +21,15 @@ Harbor is imported here only: it is not a dependency of the client (it needs Pyt
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
 import io
 import logging
 import os
 import posixpath
 import tarfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import httpx
 from harbor.environments.base import (
     BaseEnvironment,
     ExecResult,
@@ -48,32 +46,18 @@ from harbor.models.task.config import NetworkMode
 from harbor.models.trial.config import ResourceMode
 from pydantic import Field
 
-from sandhive_client import errors
+from sandhive_client import errors, harbor_build
+from sandhive_client._build import as_root
 from sandhive_client.aio import AsyncSandbox, AsyncSandhive
-from sandhive_client.client import DEFAULT_TIMEOUT
-from sandhive_client.harbor_dockerfile import (
-    Build,
-    Copy,
-    Dockerfile,
-    DockerfileError,
-    MakeDir,
-    Run,
-    parse,
-    plan,
-)
+from sandhive_client.harbor_replay import Replay, catalogue_image, read_dockerfile, untar
+from sandhive_client.models import ImageBuild
 
 __all__ = ["SandhiveEnvironment", "SandhiveOptions"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE_REFERENCES: Mapping[str, str] = {"sandhive-sandbox:latest": "default"}
-"""`FROM` references known without asking the server: the server's own default image
-(`SANDHIVE_SANDBOX_IMAGE`, catalogue name `default`). Used only when `GET /v1/images` does
-not list the images' references; `--ek images=...` adds to it."""
 TTL_MARGIN_S = 120
 """A command's sandbox must outlive the command's timeout by this much."""
-OUTPUT_TAIL_CHARS = 4000
-"""How much of a failed build step's output its error shows."""
 
 
 class SandhiveOptions(EnvironmentOptions):  # type: ignore[misc]  # harbor is untyped here
@@ -91,14 +75,19 @@ class SandhiveOptions(EnvironmentOptions):  # type: ignore[misc]  # harbor is un
     """Labels added to each sandbox's own (`harbor_session`, `harbor_task`, `created_by`)."""
     images: dict[str, str] = Field(default_factory=dict)
     """`FROM` reference -> catalogue image name, for servers whose `GET /v1/images` does not
-    list references."""
+    list references (a replayed Dockerfile's)."""
+    build: Literal["auto", "server", "replay"] = "auto"
+    """How the task's environment becomes the sandbox: `server` builds it into an image
+    (`SANDHIVE_IMAGE_BUILDS` on), `replay` runs its Dockerfile's steps in a sandbox of the
+    base image, `auto` builds where the server allows it and replays elsewhere."""
     shell: str = "bash"
     """The shell Harbor's command lines run in (`<shell> -c`), as Harbor's Docker environment
     uses bash."""
 
 
 class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is untyped here
-    """One Sandhive sandbox per trial, its image built by replaying the task's Dockerfile."""
+    """One Sandhive sandbox per trial, of the task's image built by the server (or of its
+    base image, the Dockerfile replayed in it)."""
 
     options_model = SandhiveOptions
     options: SandhiveOptions
@@ -152,34 +141,21 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
         if not dockerfile.exists() and not self.task_env_config.docker_image:
             raise FileNotFoundError(f"{dockerfile} not found (and the task names no docker_image)")
 
-    def _read_dockerfile(self) -> Dockerfile:
-        """The task's Dockerfile, read when the trial starts: what it cannot replay fails that
-        trial (not retried, the task's own problem), not Harbor's whole job."""
-        dockerfile = Path(self.environment_dir) / "Dockerfile"
-        if not dockerfile.exists():  # a prebuilt `docker_image` task
-            return Dockerfile(base=self.task_env_config.docker_image, instructions=())
-        try:
-            return parse(dockerfile.read_text(encoding="utf-8"))
-        except DockerfileError as exc:
-            raise SandboxBuildFailedError(f"{dockerfile}: {exc}") from None
-
     # -- life -------------------------------------------------------------------------
 
     async def start(self, force_build: bool) -> None:
-        dockerfile = await asyncio.to_thread(self._read_dockerfile)
         options = self.options
         url = (options.url or os.environ.get("SANDHIVE_URL") or "").rstrip("/")
         key = options.api_key or os.environ.get("SANDHIVE_API_KEY")
-        http = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
-        self._client = AsyncSandhive(url or None, key, http_client=http)
-        image = await self._catalogue_image(http, url, key, dockerfile.base)
-        self._sandbox = await self._create(image)
-        self.logger.info(f"sandbox {self._sandbox.id} of image {image} for {self.session_id}")
-        build = await self._plan(dockerfile)
-        await self._build(build)
-        self._workdir = self.task_env_config.workdir or build.workdir
-        self._image_user = build.user
-        self._image_env = dict(build.env)
+        self._client = AsyncSandhive(url or None, key)
+        built = await self._server_image()
+        if built is not None:
+            self._sandbox = await self._create(built.image)
+            self._workdir = self.task_env_config.workdir or built.workdir
+            self._image_user = self._run_as(built.user)
+            self._image_env = dict(built.env)
+        else:
+            await self._start_replayed()
         # Harbor's output directories (/logs/agent, /logs/verifier, …): mounted by its Docker
         # environment, made here; their contents are downloaded when Harbor asks.
         await self.ensure_dirs(self._mount_targets(writable_only=True))
@@ -188,7 +164,7 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
 
     async def stop(self, delete: bool) -> None:
         # A sandbox cannot be paused: it is deleted either way (`delete` keeps images in
-        # Harbor's Docker environment; Sandhive's images are the catalogue's).
+        # Harbor's Docker environment; built images stay for the next trials).
         try:
             if self._sandbox is not None:
                 try:
@@ -201,29 +177,59 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
                 await self._client.close()
                 self._client = None
 
-    async def _catalogue_image(
-        self, http: httpx.AsyncClient, url: str, key: str | None, base: str
-    ) -> str:
-        """The catalogue name `FROM base` stands for: a name, or a reference the server
-        lists (or `images`/`DEFAULT_IMAGE_REFERENCES` know)."""
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        response = await http.get(f"{url}/v1/images", headers=headers)
-        if response.status_code != 200:
-            raise RuntimeError(f"GET {url}/v1/images: {response.status_code} {response.text}")
-        images: list[dict[str, Any]] = response.json().get("images", [])
-        names = [str(image["name"]) for image in images]
-        references = {str(i["reference"]): str(i["name"]) for i in images if i.get("reference")}
-        known = {**DEFAULT_IMAGE_REFERENCES, **self.options.images, **references}
-        if base in names:
-            return base
-        if known.get(base) in names:
-            return known[base]
-        offered = sorted({*names, *(r for r, n in known.items() if n in names)})
-        raise SandboxBuildFailedError(
-            f"FROM {base}: not an image of this Sandhive's catalogue; FROM must name one of: "
-            f"{', '.join(offered) or '(none)'} (GET /v1/images; Sandhive builds no images, "
-            "it replays the Dockerfile on a catalogue image)"
-        )
+    async def _server_image(self) -> ImageBuild | None:
+        """The task's image as the server built it; None: replay instead (`build=replay`,
+        `auto` on a server without image builds, or a prebuilt `docker_image` task)."""
+        directory = Path(self.environment_dir)
+        mode = self.options.build
+        if mode == "replay" or not (directory / "Dockerfile").exists():
+            return None
+        assert self._client is not None
+        name = await asyncio.to_thread(harbor_build.image_name, self.environment_name, directory)
+        try:
+            built = await harbor_build.ensure_image(
+                self._client,
+                directory,
+                name,
+                timeout_s=harbor_build.request_timeout_s(self.task_env_config.build_timeout_sec),
+                description=f"Harbor task {self.environment_name}",
+            )
+        except harbor_build.BuildError as exc:
+            raise SandboxBuildFailedError(str(exc)) from None
+        except harbor_build.BuildsDisabled as exc:
+            if mode == "server":
+                raise RuntimeError(
+                    f"--ek build=server, but the Sandhive server builds no images ({exc}): "
+                    "its operator must set SANDHIVE_IMAGE_BUILDS=true, or use build=auto"
+                ) from None
+            self.logger.info(f"the server builds no images ({exc}); replaying the Dockerfile")
+            return None
+        return built
+
+    async def _start_replayed(self) -> None:
+        """A sandbox of the catalogue image `FROM` names, the Dockerfile's steps run in it."""
+        assert self._client is not None
+        directory = Path(self.environment_dir)
+        docker_image = self.task_env_config.docker_image
+        dockerfile = await asyncio.to_thread(read_dockerfile, directory, docker_image)
+        image = await catalogue_image(self._client, dockerfile.base, self.options.images)
+        self._sandbox = await self._create(image)
+        replay = Replay(self._sandbox, directory, self._keep_alive)
+        build = await replay.plan(dockerfile)
+        await replay.run(build, self.task_env_config.build_timeout_sec)
+        self._workdir = self.task_env_config.workdir or build.workdir
+        self._image_user = build.user
+        self._image_env = dict(build.env)
+
+    def _run_as(self, user: str | None) -> str | None:
+        """An image's `USER` as a command's user (None: root); a `:group` is dropped (a
+        command runs as a user with that user's own groups)."""
+        if not user:
+            return None
+        name = user.split(":", 1)[0]
+        if name != user:
+            self.logger.warning(f"USER {user}: commands run as {name or 'root'}, its own groups")
+        return None if name in ("", "root", "0") else name
 
     async def _create(self, image: str) -> AsyncSandbox:
         assert self._client is not None
@@ -251,69 +257,8 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
         except errors.InvalidInput as exc:
             raise RuntimeError(_create_refused(exc, image, network)) from exc
         self._expires_at = time.monotonic() + self.options.ttl_s
+        self.logger.info(f"sandbox {sandbox.id} of image {image} for {self.session_id}")
         return sandbox
-
-    async def _plan(self, dockerfile: Dockerfile) -> Build:
-        sandbox = self._require()
-        shown = await sandbox.exec(["env", "-0"])
-        base_env = dict(
-            item.split("=", 1)
-            for item in shown.stdout.decode("utf-8", errors="replace").split("\0")
-            if "=" in item
-        )
-        try:
-            return plan(dockerfile, base_env=base_env, base_workdir=sandbox.info.workdir)
-        except DockerfileError as exc:
-            raise SandboxBuildFailedError(f"{self.environment_dir}/Dockerfile: {exc}") from None
-
-    async def _build(self, build: Build) -> None:
-        deadline = time.monotonic() + self.task_env_config.build_timeout_sec
-        for step in build.steps:
-            remaining = max(1.0, deadline - time.monotonic())
-            if isinstance(step, Run):
-                await self._build_run(step, remaining)
-            elif isinstance(step, Copy):
-                await self._build_copy(step)
-            elif isinstance(step, MakeDir):
-                await self._checked(["mkdir", "-p", "--", step.path], f"line {step.line}: WORKDIR")
-
-    async def _build_run(self, step: Run, timeout_s: float) -> None:
-        sandbox = self._require()
-        await self._keep_alive(timeout_s)
-        done = await sandbox.exec(
-            list(step.argv), cwd=step.cwd, env=step.env, user=step.user, timeout_s=timeout_s
-        )
-        if done.exit_code != 0:
-            what = "timed out" if done.timed_out else f"exited {done.exit_code}"
-            raise SandboxBuildFailedError(
-                f"{self.environment_dir}/Dockerfile line {step.line}: RUN {list(step.argv)} "
-                f"{what}:\n{_tail(done.stdout)}{_tail(done.stderr)}"
-            )
-
-    async def _build_copy(self, step: Copy) -> None:
-        if not step.into_dir:  # `COPY x .`: an existing directory takes the file, as in Docker
-            probe = await self._require().exec(["test", "-d", step.dest])
-            if probe.exit_code == 0:
-                step = dataclasses.replace(step, into_dir=True)
-        try:
-            payload, tops = await asyncio.to_thread(copy_archive, Path(self.environment_dir), step)
-        except DockerfileError as exc:
-            raise SandboxBuildFailedError(f"{self.environment_dir}/Dockerfile: {exc}") from None
-        where = step.dest if step.into_dir else posixpath.dirname(step.dest)
-        await self._untar(payload, "/", make=where)
-        what = f"line {step.line}: {'ADD' if step.extract else 'COPY'}"
-        if step.chown and tops:
-            await self._checked(["chown", "-R", "--", step.chown, *tops], f"{what} --chown")
-        if step.chmod and tops:
-            await self._checked(["chmod", "-R", "--", step.chmod, *tops], f"{what} --chmod")
-
-    async def _checked(self, argv: list[str], what: str) -> None:
-        done = await self._require().exec(argv)
-        if done.exit_code != 0:
-            raise SandboxBuildFailedError(
-                f"{self.environment_dir}/Dockerfile {what}: {argv} exited {done.exit_code}:\n"
-                f"{_tail(done.stdout)}{_tail(done.stderr)}"
-            )
 
     # -- commands ---------------------------------------------------------------------
 
@@ -356,11 +301,11 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         name = posixpath.basename(target_path)
         payload = await asyncio.to_thread(_pack, [(Path(source_path), name)])
-        await self._untar(payload, posixpath.dirname(target_path) or "/")
+        await untar(self._require(), payload, posixpath.dirname(target_path) or "/")
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
         payload = await asyncio.to_thread(_pack_children, Path(source_dir))
-        await self._untar(payload, target_dir)
+        await untar(self._require(), payload, target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         data = await self._require().files.read(source_path)
@@ -377,18 +322,6 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
                 "SANDHIVE_SANDBOX_EXEC_MAX_OUTPUT_BYTES"
             )
         await asyncio.to_thread(_extract, done.stdout, Path(target_dir))
-
-    async def _untar(self, payload: bytes, directory: str, *, make: str | None = None) -> None:
-        """Unpack a gzipped tar into `directory` (made first, with `make`), as root."""
-        script = 'mkdir -p -- "$1" "$2" && exec tar -xzf - --no-same-owner -C "$1"'
-        done = await self._require().exec(
-            ["sh", "-c", script, "sh", directory, make or directory], stdin=payload
-        )
-        if done.exit_code != 0:
-            raise RuntimeError(
-                f"unpacking into {directory} exited {done.exit_code}: "
-                f"{done.stderr.decode('utf-8', errors='replace')}"
-            )
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -411,57 +344,11 @@ class SandhiveEnvironment(BaseEnvironment):  # type: ignore[misc]  # harbor is u
             self.logger.warning(f"sandbox TTL not extended: {exc}")
 
 
-def copy_archive(context: Path, step: Copy) -> tuple[bytes, list[str]]:
-    """A gzipped tar of what `step` copies, its members named by their absolute paths in the
-    sandbox (without the leading `/`), and the top-level paths it writes."""
-    root = context.resolve()
-    buffer = io.BytesIO()
-    tops: list[str] = []
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for pattern in step.sources:
-            matches = sorted(root.glob(pattern)) if _is_glob(pattern) else [root / pattern]
-            matches = [m for m in matches if m.exists() or m.is_symlink()]
-            if not matches:
-                raise DockerfileError(f"line {step.line}: {pattern}: no such file in {context}")
-            for match in matches:
-                if not match.resolve().is_relative_to(root):
-                    raise DockerfileError(f"line {step.line}: {pattern} leads outside {context}")
-                tops.extend(_add(archive, match, step))
-    return buffer.getvalue(), tops
-
-
-def _add(archive: tarfile.TarFile, source: Path, step: Copy) -> list[str]:
-    if source.is_dir() and not source.is_symlink():
-        written = []
-        for child in sorted(source.iterdir()):
-            target = posixpath.join(step.dest, child.name)
-            archive.add(str(child), arcname=target.lstrip("/"), filter=_as_root)
-            written.append(target)
-        return written
-    target = posixpath.join(step.dest, source.name) if step.into_dir else step.dest
-    if step.extract and source.is_file() and tarfile.is_tarfile(source):
-        directory = step.dest
-        with tarfile.open(source) as inner:
-            for member in inner.getmembers():
-                name = posixpath.normpath(posixpath.join(directory, member.name))
-                if not name.startswith(directory.rstrip("/") + "/") and name != directory:
-                    raise DockerfileError(f"line {step.line}: {source.name}: {member.name}")
-                data = inner.extractfile(member) if member.isfile() else None
-                renamed = copy.copy(member)
-                renamed.name = name.lstrip("/")
-                if member.islnk():
-                    renamed.linkname = posixpath.join(directory, member.linkname).lstrip("/")
-                archive.addfile(renamed, data)
-        return []
-    archive.add(str(source), arcname=target.lstrip("/"), filter=_as_root)
-    return [target]
-
-
 def _pack(entries: list[tuple[Path, str]]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for path, name in entries:
-            archive.add(str(path), arcname=name, filter=_as_root)
+            archive.add(str(path), arcname=name, filter=as_root)
     return buffer.getvalue()
 
 
@@ -480,28 +367,14 @@ def _extract(payload: bytes, target: Path) -> None:
         archive.extractall(target, filter=transfer_tar_filter)
 
 
-def _is_glob(pattern: str) -> bool:
-    return any(c in pattern for c in "*?[")
-
-
-def _as_root(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    member.uid = member.gid = 0
-    member.uname = member.gname = "root"
-    return member
-
-
-def _tail(output: bytes) -> str:
-    text = output.decode("utf-8", errors="replace")
-    return text[-OUTPUT_TAIL_CHARS:]
-
-
 def _create_refused(exc: errors.APIError, image: str, network: str) -> str:
     text = f"the Sandhive server refused the sandbox (image {image}, network {network}): {exc}"
     detail = str(exc.details)
     if "read_only_rootfs" in detail:
         text += (
-            "; the Dockerfile's steps write the image's files, so the server must allow "
-            "writable sandboxes: SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS=true"
+            "; Harbor writes /logs, /tests and /solution (and a replayed Dockerfile the "
+            "image's own files), so the server must allow writable sandboxes: "
+            "SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS=true"
         )
     if network == "egress" and "network" in detail:
         text += (

@@ -266,3 +266,62 @@ class Command(_Model):
 class CommandPage(_Model):
     items: list[Command]
     next_cursor: str | None = None
+
+
+class ImageResources(_Model):
+    cpus: float
+    memory_mb: int
+    disk_mb: int
+    """Size of /testbed in MiB (RAM-backed)."""
+
+
+class Image(_Model):
+    """An image this tenant may name in `sandboxes.create(image=...)`: the catalogue's, and
+    its own ready builds (`built/NAME`)."""
+
+    name: str
+    """What `sandboxes.create` names."""
+    reference: str = ""
+    """The Docker image its sandboxes run: what a Dockerfile's `FROM` may name."""
+    description: str = ""
+    defaults: ImageResources | None = None
+    """What a sandbox gets when it does not say."""
+    max: ImageResources | None = None
+    """The most a sandbox may ask for."""
+    pids_limit: int | None = None
+    available: bool = True
+    """Whether a live worker has it now."""
+
+
+class ImageBuild(_Model):
+    """One of the tenant's own images (`images.build`), and how its last build went."""
+
+    name: str
+    image: str
+    """What `sandboxes.create(image=...)` names: `built/NAME`."""
+    status: str
+    """`ready` to start sandboxes from; `failed`: `error` and `log` say why; `building`
+    while a build of it runs."""
+    error: str | None = None
+    log: str = ""
+    """The end of Docker's build output."""
+    digest: str = ""
+    """Of the Dockerfile, context and build arguments: building the same again answers
+    this image instead of building it anew."""
+    base: str = ""
+    """The catalogue image its first `FROM` names (its resources and maxima apply)."""
+    reference: str = ""
+    workdir: str | None = None
+    """The image's `WORKDIR` (None: not set). A sandbox's own workdir is /testbed whatever
+    the image says: pass this as a command's `cwd` to start where the image would."""
+    user: str | None = None
+    """The image's `USER` (None: root); pass it as a command's `user`."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """The image's `ENV`."""
+    description: str = ""
+    created_at: datetime
+    built_at: datetime | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"

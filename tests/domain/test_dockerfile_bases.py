@@ -1,0 +1,124 @@
+"""What a tenant's Dockerfile may build from (`app.domain.dockerfile_bases`) and what its
+build context may hold (`app.domain.build_context`): pure rules, checked before a build."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import pytest
+
+from app.domain import build_context
+from app.domain.dockerfile_bases import DockerfileRefused, check
+
+IMAGES = {"default": "sandhive-sandbox:latest", "chem": "sandhive-image-chem:latest"}
+
+
+def test_catalogue_names_become_references_and_the_final_stage_names_the_base() -> None:
+    text = (
+        "# escape=`\n"
+        "ARG V=1\n"
+        "FROM ${BASE_IMAGE} AS Tools\n"
+        "RUN make `\n"
+        "  # a comment inside a continuation\n"
+        "  tools\n"
+        "FROM --platform=linux/amd64 chem\n"
+        "COPY --from=tools /out /out\n"
+        "COPY --from=0 /out /again\n"
+    )
+    checked = check(text, IMAGES, default="default")
+    assert checked.base == "chem"
+    lines = checked.dockerfile.splitlines()
+    assert lines[6] == "FROM --platform=linux/amd64 sandhive-image-chem:latest"
+    assert lines[2] == "FROM ${BASE_IMAGE} AS Tools"  # a build argument the worker sets
+    assert check("FROM sandhive-sandbox:latest\n", IMAGES, default="default").base == "default"
+    staged = check("FROM chem AS a\nFROM a\n", IMAGES, default="default")
+    assert staged.base == "chem"  # a stage stands on what its own FROM named
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("FROM python:3.12\n", "line 1: FROM python:3.12: not an image of this Sandhive's"),
+        ("FROM scratch\n", "line 1: FROM scratch: not an image"),
+        ("ARG X=alpine\nFROM $X\n", "line 2: FROM $X: only ${BASE_IMAGE} may be a variable"),
+        ("FROM default\nCOPY --from=alpine /a /a\n", "line 2: COPY --from=alpine: only an"),
+        ("FROM default\nCOPY --from=1 /a /a\n", "line 2: COPY --from=1: only an earlier"),
+        ("FROM default\nADD git@github.com:a/b.git /b\n", "line 2: ADD git@github.com:a/b.git"),
+        ('FROM default\nADD ["https://x.org/a", "/a"]\n', "line 2: ADD https://x.org/a"),
+        ("RUN true\nFROM default\n", "line 1: RUN before the first FROM"),
+        ("# just a comment\n", "no FROM"),
+        ("# escape=!\nFROM default\n", "line 1: escape must be"),
+    ],
+)
+def test_what_would_reach_a_registry_or_the_network_is_refused_naming_the_line(
+    text: str, says: str
+) -> None:
+    with pytest.raises(DockerfileRefused) as refused:
+        check(text, IMAGES, default="default")
+    assert says in str(refused.value)
+
+
+def test_another_tenants_image_is_outside_the_catalogue_it_may_use() -> None:
+    with pytest.raises(DockerfileRefused, match="FROM chem: not an image"):
+        check("FROM chem\n", {"default": IMAGES["default"]}, default="default")
+
+
+def _tar(members: list[tarfile.TarInfo], gz: bool = False) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for member in members:
+            tar.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    return gzip.compress(raw.getvalue()) if gz else raw.getvalue()
+
+
+def _file(name: str, size: int = 1) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    return info
+
+
+def test_a_context_digest_is_of_its_files_not_of_their_compression() -> None:
+    plain, cap = _tar([_file("a.txt")]), 2**20
+    assert build_context.check(plain, cap) == build_context.check(gzip.compress(plain), cap)
+    assert build_context.check(plain, cap) != build_context.check(_tar([_file("b.txt")]), cap)
+    packed = build_context.with_dockerfile(plain, "FROM default\n")
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == [build_context.DOCKERFILE, "a.txt"]
+
+
+def test_devices_fifos_and_bombs_are_not_a_context() -> None:
+    device = tarfile.TarInfo("dev/sda")
+    device.type = tarfile.BLKTYPE
+    with pytest.raises(build_context.ContextRefused, match="dev/sda: only files"):
+        build_context.check(_tar([device]), 1024)
+    fifo = tarfile.TarInfo("pipe")
+    fifo.type = tarfile.FIFOTYPE
+    with pytest.raises(build_context.ContextRefused, match="pipe: only files"):
+        build_context.check(_tar([fifo]), 1024)
+    bomb = gzip.compress(b"\0" * 10_000_000)  # ~10 KB that would unpack to 10 MB
+    with pytest.raises(build_context.ContextRefused, match="unpacks to more than 1024"):
+        build_context.check(bomb, 1024)
+    with pytest.raises(build_context.ContextRefused, match="unpacks to more than 1024"):
+        build_context.check(_tar([_file("big", 4096)]), 1024)  # its members over the cap
+    with pytest.raises(build_context.ContextRefused, match="not a tar archive"):
+        build_context.check(b"not a tar at all" * 100, 1024)
+
+
+def test_the_same_files_packed_again_have_the_same_digest() -> None:
+    one, two = _file("a.txt"), _file("a.txt")
+    one.mtime, two.mtime = 1, 2_000_000_000  # packed at other times, by other owners
+    two.uid, two.uname = 1000, "someone"
+    cap = 2**20
+    assert build_context.check(_tar([one]), cap) == build_context.check(_tar([two], gz=True), cap)
+    executable = _file("a.txt")
+    executable.mode = 0o755
+    assert build_context.check(_tar([one]), cap) != build_context.check(_tar([executable]), cap)
+
+
+def test_base_image_is_refused_to_a_tenant_that_may_not_use_the_default_image() -> None:
+    with pytest.raises(DockerfileRefused, match="stands for the image 'default', which this"):
+        check("FROM ${BASE_IMAGE}\n", {"chem": IMAGES["chem"]}, default="default")
+    assert check("FROM ${BASE_IMAGE}\n", IMAGES, default="default").uses_base_arg
+    assert not check("FROM default\n", IMAGES, default="default").uses_base_arg
