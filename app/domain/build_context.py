@@ -42,6 +42,8 @@ def check(raw: bytes, max_unpacked: int) -> str:
                         f"{member.name}: only files, directories and links (not a device,"
                         " FIFO or socket)"
                     )
+                if _outside(member.name) or (member.islnk() and _outside(member.linkname)):
+                    raise ContextRefused(f"{member.name}: a path outside the context")
                 size += member.size
                 if size > max_unpacked:
                     raise ContextRefused(f"it unpacks to more than {max_unpacked} bytes")
@@ -49,6 +51,10 @@ def check(raw: bytes, max_unpacked: int) -> str:
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ContextRefused(f"not a tar archive (plain or gzip): {exc}") from exc
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
+def _outside(path: str) -> bool:
+    return path.startswith("/") or ".." in path.split("/")
 
 
 def _entry(tar: tarfile.TarFile, member: tarfile.TarInfo) -> tuple[str, str, int, str, str]:
@@ -73,6 +79,9 @@ def _unpacked(raw: bytes, max_unpacked: int) -> bytes:
         raise ContextRefused(f"not a tar archive (plain or gzip): {exc}") from exc
     if len(plain) > max_unpacked or inflate.unconsumed_tail:
         raise ContextRefused(f"it unpacks to more than {max_unpacked} bytes")
+    if not inflate.eof or inflate.unused_data:
+        # A second gzip member (or trailing bytes) would be read by the builder unchecked.
+        raise ContextRefused("not a tar archive (plain or gzip): one gzip member, whole")
     return plain
 
 
@@ -83,7 +92,7 @@ def with_dockerfile(raw: bytes | None, dockerfile: str) -> bytes:
         if raw:
             with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
                 for member in tar:
-                    if member.name.lstrip("./") == DOCKERFILE:
+                    if member.name.removeprefix("./") == DOCKERFILE:
                         continue
                     data = tar.extractfile(member) if member.isfile() else None
                     packed.addfile(member, data)

@@ -1,9 +1,10 @@
 """Build a tenant's own image (`/v1/images/builds`) on this worker's Docker daemon.
 
-The Dockerfile was checked by the API (`app.domain.dockerfile_bases`: every base is a
-catalogue image, nothing is pulled). The build runs on Docker's classic builder with no
-network for `RUN`, each step's container held to `SANDHIVE_IMAGE_BUILD_MEMORY_MB` and
-`SANDHIVE_IMAGE_BUILD_CPUS`, and the whole build to `SANDHIVE_IMAGE_BUILD_TIMEOUT_S`
+The Dockerfile is the canonical one the API wrote (`app.domain.dockerfile_bases`: every
+base a catalogue image's Docker reference, nothing to pull, nothing to fetch). The build
+runs on Docker's classic builder with no network for `RUN`, each step's container held
+to `SANDHIVE_IMAGE_BUILD_MEMORY_MB` and `SANDHIVE_IMAGE_BUILD_CPUS`, and the whole build
+to `SANDHIVE_IMAGE_BUILD_TIMEOUT_S`
 (leaving stops it: the daemon cancels a build whose client went away, and removes its
 containers, `forcerm`). What the steps print is kept, its end, for the caller.
 """
@@ -20,7 +21,6 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 from app.domain import build_context
-from app.domain.dockerfile_bases import BASE_ARG
 from app.sandbox.docker import DockerHost, docker_errors
 
 LOG_TAIL_CHARS = 64 * 1024
@@ -77,7 +77,6 @@ async def build(
     dockerfile: str,
     context: bytes | None,
     build_args: dict[str, str],
-    base_reference: str,
     limits: Limits,
     labels: dict[str, str],
 ) -> Built:
@@ -95,7 +94,7 @@ async def build(
         "memswap": str(memory),  # no swap beyond it
         "cpuperiod": str(CPU_PERIOD_US),
         "cpuquota": str(int(limits.cpus * CPU_PERIOD_US)),
-        "buildargs": json.dumps(_with_base(build_args, dockerfile, base_reference)),
+        "buildargs": json.dumps(build_args),
         "labels": json.dumps(labels),
     }
     log = _Log()
@@ -129,11 +128,6 @@ async def build(
         user=config.get("User") or None,
         env=dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item),
     )
-
-
-def _with_base(build_args: dict[str, str], dockerfile: str, base: str) -> dict[str, str]:
-    """`BASE_IMAGE` set where the Dockerfile reads it (Docker warns of an unused one)."""
-    return {**build_args, BASE_ARG: base} if BASE_ARG in dockerfile else dict(build_args)
 
 
 def _read(line: bytes, log: _Log) -> None:

@@ -51,11 +51,11 @@ class EpisodeCreate(_Strict):
     ground_truth: Any = None
     """What the scorer compares the answer with (a string or a list of them)."""
     unsubmitted: Literal["zero", "answer_file"] = "zero"
-    """The reward of an episode that ended without `submit` for the policy's own reasons
-    (`max_steps`, `timeout`, closed by the caller): `zero`, the paper's rule for overlong
-    episodes; or `answer_file`, its answer file scored as the paper's RL environment's
-    `compute_final_reward` does whatever ended the loop (no file: 0). An episode the
-    infrastructure ended is never scored either way."""
+    """The reward of an episode whose loop ended without `submit` (`max_steps`, `timeout`,
+    `context_limit`): `zero`, the paper's rule for overlong episodes; or `answer_file`, its
+    answer file scored as the paper's RL environment's `compute_final_reward` does whatever
+    ended the loop (no file: 0). An episode closed mid-loop scores 0, and one the
+    infrastructure ended is never scored, either way."""
 
     def as_task(self) -> TaskCreate:
         """The same request as a task, so it is resolved and checked exactly as one is."""

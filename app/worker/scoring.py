@@ -139,7 +139,8 @@ async def _release(
 async def score(ctx: WorkerContext, claimed: Claimed) -> Score | ScorerError:
     """The claimed answer's score, or why the scorer could not give one (`score_with`),
     after at most `experiment_scoring_max_claims` claims of the item in all."""
-    limit = ctx.settings.experiment_scoring_max_claims
+    # A judge out of reach gets the experiment's own retries even past the server's cap.
+    limit = max(ctx.settings.experiment_scoring_max_claims, claimed.retries + 1)
     if claimed.claims > limit:
         return ScoringFailed(
             f"scoring failed {limit} times (SANDHIVE_EXPERIMENT_SCORING_MAX_CLAIMS): "

@@ -166,7 +166,7 @@ async def test_a_worker_lacking_the_image_builds_it_again_when_a_sandbox_of_it_s
         (
             {"dockerfile": "FROM default\nADD https://example.com/x.tgz /x\n"},
             "dockerfile",
-            "line 2: ADD https://example.com/x.tgz: only files of the build context",
+            "line 2: ADD: use COPY",
         ),
         (
             {"dockerfile": "FROM default AS one\nFROM default\nCOPY --from=alpine:3 /a /a\n"},
@@ -243,3 +243,22 @@ async def test_builds_are_refused_where_the_operator_has_not_allowed_them(
         refused = await build(api, name="nope", dockerfile="FROM default\n")
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["code"] == "image_builds_disabled"
+
+
+async def test_a_multi_stage_build_copies_from_its_earlier_stage(
+    worker: AppProcess, api: httpx.AsyncClient
+) -> None:
+    name = unique("stages")
+    dockerfile = (
+        "FROM default AS tools\n"
+        "RUN echo made in a stage > /made\n"
+        "FROM ${BASE_IMAGE}\n"
+        "COPY --from=tools /made /opt/made\n"
+    )
+    made = await build(api, name=name, dockerfile=dockerfile)
+    assert made.status_code == 201, made.text
+    assert "FROM sandhive-sandbox:latest AS tools" in made.json()["log"]  # the canonical text
+    box = await api.post("/v1/sandboxes", json={"image": f"built/{name}"}, headers=ALICE)
+    assert box.status_code == 201, box.text
+    done = await run(api, box.json()["id"], argv=["cat", "/opt/made"])
+    assert done["stdout"] == "made in a stage\n"

@@ -49,12 +49,23 @@ class Opening:
     """`answer_file`: an ending without `submit` is scored on the answer file too."""
 
     def scores(self, finish_reason: str, error_kind: str | None) -> bool:
-        """Whether this ending's answer file is scored (else its reward is 0, or none for
-        an infrastructure failure): a submit, or any ending of the policy's own with
-        `unsubmitted: answer_file`."""
-        if error_kind == "infrastructure":
-            return False
-        return finish_reason == "submitted" or self.unsubmitted == "answer_file"
+        """Whether this ending's answer file is scored (`scores_answer`); never one the
+        infrastructure caused."""
+        return error_kind != "infrastructure" and scores_answer(finish_reason, self.unsubmitted)
+
+
+LOOP_ENDS = frozenset({"max_steps", "timeout", "context_limit"})
+"""The loop's own ends without `submit`: the policy's doing, its answer file read then."""
+
+
+def scores_answer(finish_reason: str | None, unsubmitted: object) -> bool:
+    """Whether an episode that ended so has its answer file scored: after `submit`; or,
+    opened with `unsubmitted: answer_file`, after one of the loop's own ends (`LOOP_ENDS`),
+    as the paper's RL environment scores `answer.txt` whatever ended the loop. Closed or
+    idle episodes stopped mid-loop, with nothing read: they score 0."""
+    if finish_reason == "submitted":
+        return True
+    return unsubmitted == "answer_file" and finish_reason in LOOP_ENDS
 
 
 def new_episode_id() -> str:

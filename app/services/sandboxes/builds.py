@@ -62,12 +62,12 @@ async def build(
             "this server does not build tenants' images (SANDHIVE_IMAGE_BUILDS); use a"
             " catalogue image (GET /v1/images)"
         )
-    row = await _checked_row(settings, tenant, body)
-    workers = await placement.candidates(sessions, redis, row.base)
+    row, bases = await _checked_row(settings, tenant, body)
+    workers = await _builders(sessions, redis, bases)
     if not workers:
         raise Unavailable(
-            f"no live worker can build on the image {row.base!r} (start one: sandhive worker,"
-            " with SANDHIVE_SANDBOX_SLOTS above 0)",
+            f"no live worker has every image {', '.join(sorted(bases))} to build on (start"
+            " one: sandhive worker, with SANDHIVE_SANDBOX_SLOTS above 0)",
             RETRY_S,
             details={"error_kind": "infrastructure"},
         )
@@ -92,16 +92,29 @@ async def build(
     if done.status == "ready" and done.digest == row.digest:
         return out(done), True
     message = str(reply.get("failure") or done.error or "the build failed")
+    if done.status == "building":  # the worker failed before it could say so in the row
+        await _fail(sessions, row, message)
+        done = await _find(sessions, tenant, row.name)
     raise BuildFailed(
         f"image {row.name!r} did not build: {message}",
         details={"name": row.name, "log": done.log if done.digest == row.digest else ""},
     )
 
 
+async def _builders(sessions: Sessions, redis: Redis, bases: frozenset[str]) -> list[str]:
+    """Live workers that have every base image, least busy first (none is pulled)."""
+    ordered = await placement.candidates(sessions, redis, DEFAULT)
+    for base in bases:
+        having = set(await placement.candidates(sessions, redis, base))
+        ordered = [worker for worker in ordered if worker in having]
+    return ordered
+
+
 async def _checked_row(
     settings: Settings, tenant: str, body: ImageBuildCreate
-) -> models.ImageBuildRow:
-    """The row a request makes, every part checked (422 naming it), not stored yet."""
+) -> tuple[models.ImageBuildRow, frozenset[str]]:
+    """The row a request makes, every part checked (422 naming it), not stored yet; and
+    the catalogue images its stages stand on."""
     context: bytes | None = None
     context_digest = hashlib.sha256(b"").hexdigest()
     if body.context is not None:
@@ -119,12 +132,12 @@ async def _checked_row(
         checked = dockerfile_bases.check(body.dockerfile, images, default=DEFAULT)
     except dockerfile_bases.DockerfileRefused as exc:
         raise _invalid("dockerfile", str(exc)) from None
-    # What the build reads: the Dockerfile (its catalogue names already references), the
-    # context's files, the arguments, and the default image `${BASE_IMAGE}` stands for.
-    default_reference = images.get(DEFAULT, "") if checked.uses_base_arg else ""
-    parts = [checked.dockerfile, context_digest, sorted(body.build_args.items()), default_reference]
+    # What the build reads: the canonical Dockerfile (its bases as Docker references), the
+    # context's files and the arguments; and whose it is: a tag is never shared between
+    # tenants, so no tenant's build can retag another's image.
+    parts = [tenant, checked.dockerfile, context_digest, sorted(body.build_args.items())]
     digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-    return models.ImageBuildRow(
+    row = models.ImageBuildRow(
         tenant_id=tenant,
         name=body.name,
         status="building",
@@ -141,6 +154,7 @@ async def _checked_row(
         created_at=utc_now(),
         built_at=None,
     )
+    return row, checked.bases
 
 
 async def _store(
@@ -226,6 +240,8 @@ class Own:
     name: str
     base: str
     digest: str
+    worker: str | None = None
+    """The worker that built it: asked first, as it has the image."""
 
     def provenance(self) -> dict[str, str]:
         """What a sandbox's spec keeps of it (`built`)."""
@@ -249,7 +265,7 @@ async def own_images(sessions: Sessions, settings: Settings, tenant: str) -> dic
         if base is None:  # its base left the catalogue, or this tenant's share of it
             continue
         name = BUILT_PREFIX + row.name
-        images[name] = Own(_as_image(name, row, base), row.name, row.base, row.digest)
+        images[name] = Own(_as_image(name, row, base), row.name, row.base, row.digest, row.worker)
     return images
 
 

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from app.bus import files as bus
 from app.bus import leases
 from app.config import Settings
+from app.db import models
 from app.db.engine import Sessions
 from app.errors import (
     AppError,
@@ -55,26 +56,12 @@ class Held:
 async def create(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: SandboxCreate
 ) -> SandboxOut:
-    own = await builds.own_images(sessions, settings, tenant) if _built(body.image) else {}
-    row = rows.new_row(settings, tenant, body, {name: it.image for name, it in own.items()})
-    image = row.spec["sandbox"]["image_name"]
-    if image in own:  # a worker lacking it builds it from the stored Dockerfile first
-        row.spec["built"] = own[image].provenance()
-        image = own[image].base
-    workers = await placement.candidates(sessions, redis, image)
-    if not workers:
-        raise Unavailable(
-            f"no live worker can start a sandbox of the image {image!r} (start one: sandhive"
-            " worker, with SANDHIVE_SANDBOX_SLOTS above 0; or build the image there:"
-            " sandhive image build)",
-            RETRY_S,
-            details={"error_kind": "infrastructure"},
-        )
+    row, workers, ask_each_s = await _placed(sessions, redis, settings, tenant, body)
     await rows.store(sessions, settings, row)
-    deadline = time.monotonic() + settings.sandbox_create_timeout_s
+    deadline = time.monotonic() + max(settings.sandbox_create_timeout_s, ask_each_s)
     why = "no worker started it in time"
     for worker in workers:
-        left = min(deadline - time.monotonic(), ASK_EACH_S)
+        left = min(deadline - time.monotonic(), ask_each_s)
         if left <= 0:
             break
         request = {"op": "create", "sandbox_id": row.id}
@@ -102,6 +89,36 @@ async def create(
         RETRY_S,
         details={"sandbox_id": row.id, "error_kind": "infrastructure"},
     )
+
+
+async def _placed(
+    sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: SandboxCreate
+) -> tuple[models.SandboxRow, list[str], float]:
+    """The checked row, the workers to ask in turn, and how long each gets (503 when none
+    can start it)."""
+    own = await builds.own_images(sessions, settings, tenant) if _built(body.image) else {}
+    row = rows.new_row(settings, tenant, body, {name: it.image for name, it in own.items()})
+    image = row.spec["sandbox"]["image_name"]
+    built = own.get(image)
+    if built is not None:  # a worker lacking it builds it from the stored Dockerfile first
+        row.spec["built"] = built.provenance()
+        image = built.base
+    workers = await placement.candidates(sessions, redis, image)
+    ask_each_s = ASK_EACH_S
+    if built is not None:
+        # The worker that built it has it; another may have to build it first, so it is
+        # given that long rather than a second worker being asked to build it too.
+        workers.sort(key=lambda name: name != built.worker)
+        ask_each_s = settings.sandbox_create_timeout_s + settings.image_build_timeout_s
+    if not workers:
+        raise Unavailable(
+            f"no live worker can start a sandbox of the image {image!r} (start one: sandhive"
+            " worker, with SANDHIVE_SANDBOX_SLOTS above 0; or build the image there:"
+            " sandhive image build)",
+            RETRY_S,
+            details={"error_kind": "infrastructure"},
+        )
+    return row, workers, ask_each_s
 
 
 def _built(image: str) -> bool:

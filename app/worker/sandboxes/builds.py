@@ -13,9 +13,13 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from app import metrics
+from app.bus import files as bus
 from app.db import models
 from app.errors import SandboxError
 from app.sandbox import image as images
@@ -24,8 +28,33 @@ from app.services.sandboxes import builds as rows
 from app.worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
+
+
+async def _still_wanted(ctx: WorkerContext, request: dict[str, Any]) -> bool:
+    try:
+        return not await bus.expired(ctx.redis, request)
+    except (RedisError, OSError):
+        return True
+
+
 BUILT_LABEL = "sandhive.built"
 """On a tenant's image: `TENANT/NAME` of the build that made it (for an operator's prune)."""
+
+
+def base_references(dockerfile: str) -> list[str]:
+    """The Docker references the stages of a canonical Dockerfile (`FROM REF [AS name]`, one
+    instruction a line) start from, earlier stages left out."""
+    stages: set[str] = set()
+    found: list[str] = []
+    for line in dockerfile.splitlines():
+        words = line.split(" ")
+        if words[0] != "FROM":
+            continue
+        if words[1] not in stages:
+            found.append(words[1])
+        if len(words) == 4:
+            stages.add(words[3])
+    return found
 
 
 class Builder:
@@ -43,8 +72,9 @@ class Builder:
         if row is None or row.digest != request.get("digest"):
             return {"failure": f"image {name!r} was built again or deleted meanwhile"}
         try:
-            built = await self._build(row)
-            assert built is not None  # always built when asked by the API
+            built = await self._build(row, wanted=lambda: _still_wanted(self.ctx, request))
+            if built is None:
+                return {"failure": "the caller stopped waiting before the build's turn came"}
         except tenant_image.BuildFailed as failed:
             log.info("image %s/%s did not build: %s", tenant, name, failed.message)
             await rows.record(
@@ -81,31 +111,47 @@ class Builder:
             raise SandboxError(message) from failed
 
     async def _build(
-        self, row: models.ImageBuildRow, *, unless_present: bool = False
+        self,
+        row: models.ImageBuildRow,
+        *,
+        unless_present: bool = False,
+        wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> tenant_image.Built | None:
         """Build it (one build of the same content at a time); None when `unless_present`
-        and another ask made it meanwhile."""
-        lock = self._same[row.digest]
-        try:
-            async with lock, self._turns:
-                if unless_present and await images.has_image(self.ctx.runner.docker, row.reference):
-                    return None
-                return await self._timed(row)
-        finally:
-            if not lock.locked():
-                self._same.pop(row.digest, None)
+        and another ask made it meanwhile, or when its asker stopped waiting (`wanted`)
+        before its turn came."""
+        # One lock per content ever built here (kept: a handful of objects per build, and
+        # dropping one while a waiter is about to take it would let two builds run).
+        async with self._same[row.digest], self._turns:
+            if wanted is not None and not await wanted():
+                return None
+            if unless_present and await images.has_image(self.ctx.runner.docker, row.reference):
+                return None
+            return await self._timed(row)
+
+    async def _have_bases(self, row: models.ImageBuildRow) -> None:
+        """Every image the canonical Dockerfile's stages start from is here: the daemon
+        would pull a missing one (the API chose a worker that has them; its images may
+        have gone since)."""
+        for reference in base_references(row.dockerfile):
+            if not await images.has_image(self.ctx.runner.docker, reference):
+                raise tenant_image.BuildFailed(
+                    f"worker {self.ctx.name} lacks the catalogue image {reference}"
+                    " (nothing is pulled: build it there with sandhive image build)",
+                    "",
+                )
 
     async def _timed(self, row: models.ImageBuildRow) -> tenant_image.Built:
         s, started = self.ctx.settings, time.monotonic()
         outcome = "failed"
         try:
+            await self._have_bases(row)
             built = await tenant_image.build(
                 self.ctx.runner.docker,
                 reference=row.reference,
                 dockerfile=row.dockerfile,
                 context=row.context,
                 build_args=dict(row.build_args),
-                base_reference=self.ctx.runner.caps_for(row.base).image,
                 limits=tenant_image.Limits(
                     memory_mb=s.image_build_memory_mb,
                     cpus=s.image_build_cpus,
