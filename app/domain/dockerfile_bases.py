@@ -97,8 +97,13 @@ def check(text: str, images: Mapping[str, str], *, default: str) -> Checked:
         if keyword not in ALLOWED:
             why = _WHY_NOT.get(keyword, "not an instruction this server builds")
             raise _refused(instruction, f"{keyword}: {why}")
+        if keyword not in ("FROM", "COPY") and rest.startswith("--"):
+            # RUN --mount=from=IMAGE would pull under BuildKit; the classic builder refuses.
+            raise _refused(instruction, f"{keyword} takes no flags here")
         if keyword == "FROM":
             alias, base, reference = _from(instruction, images, by_reference, stages, default)
+            if alias is not None and alias in {name for name, _ in stages}:
+                raise _refused(instruction, f"stage name {alias!r} used twice")
             stages.append((alias, base))
             out.append(f"FROM {reference}" + (f" AS {alias}" if alias else ""))
             continue

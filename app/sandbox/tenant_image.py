@@ -86,6 +86,7 @@ async def build(
     params = {
         "t": reference,
         "dockerfile": build_context.DOCKERFILE,
+        "version": "1",  # the classic builder: no BuildKit frontends, no RUN --mount
         "networkmode": "none",
         "pull": "0",
         "rm": "1",

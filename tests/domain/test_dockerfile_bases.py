@@ -66,6 +66,8 @@ def test_the_daemon_gets_a_canonical_dockerfile_with_references_only() -> None:
         ('FROM default\nENTRYPOINT ["sh"]\n', "line 2: ENTRYPOINT:"),
         ("FROM default\nRUN <<EOF\necho hi\nEOF\n", "line 3: ECHO: not an instruction"),
         ("RUN true\nFROM default\n", "line 1: RUN before the first FROM"),
+        ("FROM default\nRUN --mount=type=bind,from=alpine,target=/x true\n", "line 2: RUN takes"),
+        ("FROM default AS a\nFROM chem AS a\n", "line 2: stage name 'a' used twice"),
         ("# just a comment\n", "no FROM"),
         ("# escape=`\nFROM default\n", "line 1: parser directives are not supported"),
         ("  # syntax=evil/frontend\nFROM default\n", "line 1: parser directives"),
