@@ -186,7 +186,7 @@ class BodyLimit:
         limit = self.multipart_max if multipart else self.json_max
         if self.files_max is not None and _is_file_write(scope):
             limit = self.files_max
-        upload = _sandbox_upload(scope)
+        upload = _upload_kind(scope)
         if upload == "files" and self.sandbox_files_max is not None:
             limit = self.sandbox_files_max
         elif upload == "exec" and self.sandbox_exec_max is not None:
@@ -228,9 +228,9 @@ def _is_file_write(scope: Scope) -> bool:
 _SANDBOX_UPLOAD = re.compile(r"/v1/sandboxes/[^/]+/(exec|exec/stream|files)$")
 
 
-def _sandbox_upload(scope: Scope) -> str | None:
-    """`files` for a sandbox's file write, `exec` for its command, `build` for an image
-    build; None otherwise."""
+def _upload_kind(scope: Scope) -> str | None:
+    """The body cap a request has apart from JSON's: `files` for a sandbox's file write,
+    `exec` for its command, `build` for an image build; None otherwise."""
     method, path = scope.get("method"), scope.get("path", "")
     if method == "POST" and path == "/v1/images/builds":
         return "build"

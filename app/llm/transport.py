@@ -115,6 +115,12 @@ class HTTPChatModel:
         return smaller is not None
 
 
+def transient(status: int | None) -> bool:
+    """An answer that may heal (429, 5xx), or none at all (no connection, a timeout): worth
+    asking again later, unlike any other status."""
+    return status is None or status == 429 or status >= 500
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why one attempt failed, and whether another attempt may help."""
@@ -152,7 +158,7 @@ class Endpoint:
         status = response.status_code
         return Failure(
             f"HTTP {status}: {self.excerpt(response.text)}",
-            retryable=status == 429 or status >= 500,
+            retryable=transient(status),
             status=status,
             retry_after_s=parse_retry_after(response.headers.get("retry-after")),
             body=response.text[:ERROR_BODY_CHARS],

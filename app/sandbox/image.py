@@ -21,6 +21,7 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 import app
+from app.domain import build_context
 from app.domain.image_catalogue import DEFAULT, Image
 from app.errors import SandboxError
 from app.sandbox.docker import DockerHost, docker_errors
@@ -28,8 +29,7 @@ from app.sandbox.docker import DockerHost, docker_errors
 DOCKERFILE_NAME = "Dockerfile.sandbox"
 BASE_SCRIPT = Path("deploy") / "build-base-image.sh"
 OFFLINE_BASE = "sandhive-base:bookworm"
-CONTEXT_DOCKERFILE = ".sandhive.Dockerfile"
-"""The Dockerfile's name in the build context (not to clash with a context's own file)."""
+CONTEXT_DOCKERFILE = build_context.DOCKERFILE
 
 
 def _repo_root() -> Path:

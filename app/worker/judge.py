@@ -15,6 +15,7 @@ from typing import Any
 
 from app.agent.types import ChatModel, Completion, Message
 from app.errors import AppError, LLMError
+from app.llm.transport import transient
 from app.runner.episode import Runner
 from app.scoring.judge import LlmJudgeScorer, judge_messages, judged
 from app.scoring.types import JudgeUnavailable, Score, ScorerError
@@ -86,8 +87,7 @@ def _unreachable(exc: Exception) -> bool:
     """No answer, or one saying the server is overloaded or broken (429, 5xx)."""
     if not isinstance(exc, LLMError):
         return False
-    status = exc.details.get("status") if isinstance(exc.details, dict) else None
-    return status is None or status == 429 or status >= 500
+    return transient(exc.details.get("status") if isinstance(exc.details, dict) else None)
 
 
 def _why(exc: BaseException) -> str:

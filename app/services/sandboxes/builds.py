@@ -20,7 +20,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from redis.asyncio import Redis
@@ -63,7 +63,7 @@ async def build(
             " catalogue image (GET /v1/images)"
         )
     row, bases = await _checked_row(settings, tenant, body)
-    workers = await _builders(sessions, redis, bases)
+    workers = await placement.candidates(sessions, redis, *bases)
     if not workers:
         raise Unavailable(
             f"no live worker has every image {', '.join(sorted(bases))} to build on (start"
@@ -99,15 +99,6 @@ async def build(
         f"image {row.name!r} did not build: {message}",
         details={"name": row.name, "log": done.log if done.digest == row.digest else ""},
     )
-
-
-async def _builders(sessions: Sessions, redis: Redis, bases: frozenset[str]) -> list[str]:
-    """Live workers that have every base image, least busy first (none is pulled)."""
-    ordered = await placement.candidates(sessions, redis, DEFAULT)
-    for base in bases:
-        having = set(await placement.candidates(sessions, redis, base))
-        ordered = [worker for worker in ordered if worker in having]
-    return ordered
 
 
 async def _checked_row(
@@ -270,18 +261,16 @@ async def own_images(sessions: Sessions, settings: Settings, tenant: str) -> dic
 
 
 def _as_image(name: str, row: models.ImageBuildRow, base: Image) -> Image:
-    return Image(
+    """The base's resources and limits under the build's name, tag and description."""
+    return replace(
+        base,
         name=name,
         reference=row.reference,
         description=row.description,
-        default_cpus=base.default_cpus,
-        max_cpus=base.max_cpus,
-        default_memory_mb=base.default_memory_mb,
-        max_memory_mb=base.max_memory_mb,
-        default_disk_mb=base.default_disk_mb,
-        max_disk_mb=base.max_disk_mb,
-        pids_limit=base.pids_limit,
         warm_pool_size=0,
+        tenants=None,
+        dockerfile=None,
+        context=None,
     )
 
 

@@ -18,17 +18,16 @@ from app.services.admin import service as admin
 from app.services.sandboxes import service as rows
 
 
-async def candidates(sessions: Sessions, redis: Redis, image: str) -> list[str]:
-    """Live workers that have the catalogue image and sandbox slots and are not drained,
-    least busy first (every worker runs `default`, as for tasks and episodes, whatever its
-    heartbeat lists yet)."""
+async def candidates(sessions: Sessions, redis: Redis, *images: str) -> list[str]:
+    """Live workers that have every one of the catalogue images and sandbox slots and are
+    not drained, least busy first (every worker runs `default`, as for tasks and episodes,
+    whatever its heartbeat lists yet)."""
+    wanted = set(images) - {DEFAULT_IMAGE}
     load = await rows.load_per_worker(sessions)
     workers = [
         worker.name
         for worker in await admin.list_workers(redis)
-        if not worker.draining
-        and worker.sandbox_slots != 0
-        and (image == DEFAULT_IMAGE or image in worker.images)
+        if not worker.draining and worker.sandbox_slots != 0 and wanted <= set(worker.images)
     ]
     return sorted(workers, key=lambda name: (load.get(name, 0), name))
 
