@@ -229,18 +229,22 @@ async def test_streamed_commands_hold_the_tenants_stream_slots(
         httpx.AsyncClient(base_url=live.base_url, timeout=60) as http,
     ):
         url = f"/v1/sandboxes/{sid}/exec/stream"
-        # Long enough that the first stream is surely still open when the second asks
-        # (a loaded CI machine took over 3 s to deliver its first output once); it is
-        # cut when the client leaves, and the sandbox removed at the end.
+        # Long enough that the first stream is surely still open when the second asks; it
+        # is cut when the client leaves, and the sandbox removed at the end.
         async with http.stream(
             "POST", url, json={"command": "echo held; sleep 60"}, headers=ALICE
         ) as first:
             assert first.status_code == 200
-            async for line in first.aiter_lines():
+            # Held in a name until the end: a line iterator left by `break` is finalized
+            # at once, and closing it closes the connection, which ends the stream and
+            # frees its slot while the second request is on its way (a flaky CI run).
+            lines = first.aiter_lines()
+            async for line in lines:
                 if line.startswith("data: "):
                     break  # the first stream is running
             second = await http.post(url, json={"argv": ["true"]}, headers=ALICE)
             assert second.status_code == 429, second.text
             assert "Retry-After" in second.headers
+            await lines.aclose()
         log = (await api.get(f"/v1/sandboxes/{sid}/commands", headers=ALICE)).json()["items"]
         assert [entry["command"] for entry in log] == ["echo held; sleep 60"], "nothing sent"
