@@ -562,6 +562,14 @@ class Settings(BaseSettings):
     """Builds one worker runs at once (more wait their turn)."""
     tenant_max_image_builds: int = Field(default=50, ge=1)
     """Images one tenant may keep built (409 above: delete one first)."""
+    verifier_default_timeout_s: int = Field(default=600, ge=1)
+    """A task's verifier (Harbor's tests/test.sh) runs this long unless it asks otherwise."""
+    verifier_max_timeout_s: int = Field(default=3600, ge=1)
+    """The longest a task's verifier may ask to run (422 beyond)."""
+    verifier_max_bytes: int = Field(default=4 * 2**20, ge=1)
+    """The verifier's files together, decoded (422 beyond): they are kept in the task's row."""
+    verifier_output_bytes: int = Field(default=16 * 2**10, ge=256)
+    """The end of the verifier's stdout and stderr kept on the task, each."""
     task_files_max_read_bytes: int = Field(default=10 * 2**20, ge=1)
     """Largest file `GET /v1/tasks/{id}/files/{path}` reads from a running sandbox (413 above)."""
     task_files_max_write_bytes: int = Field(default=10 * 2**20, ge=0, le=256 * 2**20)

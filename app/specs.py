@@ -58,6 +58,17 @@ class LimitsSpec(_Stored):
     """Conversation budget in tokens (then `context_limit`)."""
 
 
+class BuiltImage(_Stored):
+    """Which of the tenant's builds a sandbox runs: enough for any worker to build it."""
+
+    name: str
+    """The build's name (`built/NAME` without the prefix)."""
+    base: str
+    """The catalogue image it was built from."""
+    digest: str
+    """Its content digest: a rebuild with other content is another image."""
+
+
 class SandboxSpec(_Stored):
     """The task's sandbox, resolved."""
 
@@ -76,6 +87,11 @@ class SandboxSpec(_Stored):
     """Tasks stored before the field existed ran with 1024."""
     allow_domains: list[str] = Field(default_factory=list)
     """Egress by name: what the proxy lets the sandbox reach (empty: none, or not proxied)."""
+    read_only_rootfs: bool = True
+    """False: the image's own files writable too (where the operator allows it)."""
+    built: BuiltImage | None = None
+    """A tenant's own image (`built/NAME`): `image` is its tag, `image_name` its base (the
+    queue and the caps), and a worker lacking the tag builds it from the stored build."""
 
 
 class ToolsSpec(_Stored):
@@ -121,6 +137,17 @@ class WebhookSpec(_Stored):
     when it was submitted. Null only where nothing is delivered (`sandhive run`)."""
 
 
+class VerifierSpec(_Stored):
+    """A check run in the task's sandbox after the agent ends; what it writes is the reward."""
+
+    files: list[tuple[str, str]]
+    """(path under /tests, base64 bytes) put there once the agent has ended."""
+    command: str
+    """Run by `bash -c` as root in /tests."""
+    timeout_s: int
+    """How long the command may run; the sandbox lives that much longer for it."""
+
+
 class TaskSpec(_Stored):
     llm: LLMSpec
     limits: LimitsSpec
@@ -134,6 +161,8 @@ class TaskSpec(_Stored):
     Tasks stored before the field existed ran in a sandbox."""
     webhook: WebhookSpec | None = None
     """The task's own webhook; tasks stored before the field existed had none."""
+    verifier: VerifierSpec | None = None
+    """Run after the agent (Harbor's `tests/test.sh`); tasks stored before had none."""
 
 
 def stored(spec: TaskSpec) -> dict[str, Any]:

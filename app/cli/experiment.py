@@ -10,6 +10,7 @@ refused as invalid (a bad folder, a 422), 1 for other refusals and an unreachabl
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import signal
@@ -27,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from app.cli.common import fail
+from app.domain import harbor_folder
 from app.domain.package_folder import (
     FolderError,
     RunOptions,
@@ -137,9 +139,18 @@ def run(
     output_dir: Annotated[Path, typer.Option(help="--local: where run folders go.")] = Path(
         "output"
     ),
+    writable_rootfs: Annotated[
+        bool,
+        typer.Option(
+            "--writable-rootfs",
+            help="Harbor tasks: let the agent write the image's files (/app, say); the server"
+            " must allow it (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS).",
+        ),
+    ] = False,
 ) -> None:
-    """Run a benchmark task folder (config.yaml, reward.py, ...), or the rows of a --data
-    file with a --scorer, as an experiment."""
+    """Run a benchmark task folder (config.yaml, reward.py, ...), a Harbor task folder or a
+    folder of them (task.toml, instruction.md, environment/, tests/), or the rows of a
+    --data file with a --scorer, as an experiment."""
     try:
         chosen = parse_arms(arms) if arms is not None else parse_mode(mode)
         options = RunOptions(
@@ -155,7 +166,17 @@ def run(
             temperature=temperature,
             scorer=parse_scorer(scorer) if scorer is not None else None,
             name=name,
+            writable_rootfs=writable_rootfs,
         )
+        if path is not None and harbor_folder.is_harbor(path):
+            if local:
+                fail(
+                    "Harbor tasks run on a service, which builds their images: drop --local", code=2
+                )
+            tasks = harbor_folder.read_harbor(path)
+            body = harbor_folder.harbor_body(tasks, options)
+            _run_harbor(tasks, body, Api(server, api_key), json_out=json_out, no_wait=no_wait)
+            return
         folder = read_source(path, data, vanilla=chosen != "sandbox")
         body = {**experiment_body(folder, options), "rules": parse_rules(rules)}
     except FolderError as exc:
@@ -166,7 +187,12 @@ def run(
     if local:
         _run_local(body, folder.name, llm_profile, base_url, output_dir, json_out)
         return
-    api = Api(server, api_key)
+    _submit_and_follow(Api(server, api_key), body, json_out=json_out, no_wait=no_wait)
+
+
+def _submit_and_follow(api: Api, body: dict[str, Any], *, json_out: bool, no_wait: bool) -> None:
+    """Create the experiment and follow it to its end with bars (or return its id at once);
+    the results table, or JSON; exit 1 unless it finished."""
     experiment = api.json("POST", "/v1/experiments", json=body)
     exp_id = experiment["id"]
     if no_wait:
@@ -189,6 +215,38 @@ def run(
         print_results(results)
     if experiment["status"] != "finished":
         raise typer.Exit(1)
+
+
+def _run_harbor(
+    tasks: list[harbor_folder.HarborTask],
+    body: dict[str, Any],
+    api: Api,
+    *,
+    json_out: bool,
+    no_wait: bool,
+) -> None:
+    """Build each task's environment on the server (once per content: a ready image of the
+    same name is used as it is), then run the experiment as any other."""
+    for task in tasks:
+        _ensure_image(api, task, quiet=json_out)
+    _submit_and_follow(api, body, json_out=json_out, no_wait=no_wait)
+
+
+def _ensure_image(api: Api, task: harbor_folder.HarborTask, *, quiet: bool) -> None:
+    """The task's environment built as `built/harbor-<task>-<hash>` unless it already is."""
+    name = task.image_name
+    found = api.client.get(f"/v1/images/builds/{name}")
+    if found.status_code == 200 and found.json().get("status") == "ready":
+        return
+    if not quiet:
+        err_console.print(f"building {task.name}'s environment as built/{name}")
+    body = {
+        "name": name,
+        "dockerfile": task.dockerfile,
+        "context": base64.b64encode(task.context).decode("ascii"),
+        "description": f"Harbor task {task.name}"[:1000],
+    }
+    api.call("POST", "/v1/images/builds", json=body, timeout=task.build_timeout_s + 60)
 
 
 def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, Any] | None:

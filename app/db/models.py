@@ -69,6 +69,8 @@ class Task(Base):
     )
     """Output files left out of the artifacts (caps, symlinks, special files): {path, reason}."""
     error: Mapped[str | None] = mapped_column(Text)
+    verification: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """What the task's verifier found (`VerificationOut`); null without one or before it ran."""
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     idempotency_fingerprint: Mapped[str | None] = mapped_column(String(64))
     """sha256 of what a keyed task was submitted with (`services.idempotency`); null on rows

@@ -96,6 +96,8 @@ class RunOptions:
     scorer: dict[str, Any] | None = None
     """Instead of reward.py (e.g. `{"kind": "math"}`)."""
     name: str | None = None
+    writable_rootfs: bool = False
+    """Harbor tasks: the sandboxes' image files writable (`sandbox.read_only_rootfs: false`)."""
 
 
 def read_source(path: Path | None, data: Path | None, *, vanilla: bool) -> TaskFolder:

@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
@@ -35,8 +36,17 @@ from app.schemas.tasks import (
     SandboxRequest,
     TaskCreate,
     ToolsOptions,
+    Verifier,
 )
-from app.specs import LimitsSpec, LLMSpec, SandboxSpec, TaskSpec, ToolsSpec
+from app.specs import (
+    BuiltImage,
+    LimitsSpec,
+    LLMSpec,
+    SandboxSpec,
+    TaskSpec,
+    ToolsSpec,
+    VerifierSpec,
+)
 
 Problem = dict[str, Any]
 N = TypeVar("N", int, float)
@@ -60,19 +70,27 @@ def parse_submission(data: Mapping[str, Any]) -> TaskCreate:
         raise InvalidInput(_summary(problems), details=problems) from None
 
 
-def resolve_spec(body: TaskCreate, settings: Settings, *, tenant: str | None = None) -> TaskSpec:
+def resolve_spec(
+    body: TaskCreate,
+    settings: Settings,
+    *,
+    tenant: str | None = None,
+    own: Mapping[str, OwnImage] | None = None,
+) -> TaskSpec:
     """Fill every default and check every maximum, reporting all violations at once.
 
     `tenant`: whose catalogue images the task may use (None: any, as for `sandhive run`).
+    `own`: the tenant's own images (`built/NAME`) it may name besides the catalogue's.
     """
     problems: list[Problem] = []
     spec = TaskSpec(
         llm=_resolve_llm(body.llm, settings, problems),
         limits=_resolve_limits(body.limits, settings, problems),
-        sandbox=_resolve_sandbox(body.sandbox, settings, problems, tenant),
+        sandbox=_task_sandbox(body.sandbox, settings, problems, tenant, own or {}),
         tools=_resolve_tools(body.tools, settings, problems),
         **_resolve_prompt(body.prompt_config, settings, problems, vanilla=body.mode == "vanilla"),
         mode=body.mode,
+        verifier=_resolve_verifier(body.verifier, settings, problems),
     )
     if body.mode == "vanilla" and body.tools.model_fields_set:
         msg = "a vanilla task offers the model no tools: leave tools out"
@@ -250,6 +268,28 @@ def resolve_sandbox(
     return spec
 
 
+def _task_sandbox(
+    box: SandboxRequest,
+    settings: Settings,
+    problems: list[Problem],
+    tenant: str | None,
+    own: Mapping[str, OwnImage],
+) -> SandboxSpec:
+    """A task's sandbox: as a sandbox's, and a tenant image's tag runs on its base's queue
+    and caps, with what a worker lacking it needs to build it (`built`)."""
+    images = {name: found.image for name, found in own.items()}
+    spec = _resolve_sandbox(box, settings, problems, tenant, images)
+    if not box.read_only_rootfs:
+        if not settings.sandbox_allow_writable_rootfs:
+            msg = "false is not allowed on this server (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS)"
+            problems.append(problem(("sandbox", "read_only_rootfs"), msg, "policy"))
+        spec = spec.model_copy(update={"read_only_rootfs": False})
+    found = own.get(box.image)
+    if found is None or spec.image_name != box.image:
+        return spec
+    return spec.model_copy(update={"image_name": found.built.base, "built": found.built})
+
+
 def _resolve_sandbox(
     box: SandboxRequest,
     settings: Settings,
@@ -305,6 +345,14 @@ def _allow_domains(box: SandboxRequest, settings: Settings, problems: list[Probl
     return asked
 
 
+@dataclass(frozen=True)
+class OwnImage:
+    """One of the tenant's ready images: what it resolves as, and how it was built."""
+
+    image: Image
+    built: BuiltImage
+
+
 def _catalogue_image(
     name: str,
     settings: Settings,
@@ -323,6 +371,43 @@ def _catalogue_image(
     msg = f"image {name!r} is not available; available: {', '.join(available) or 'none'}"
     problems.append(problem(("sandbox", "image"), msg, "unknown_image", available=available))
     return images[DEFAULT_IMAGE]
+
+
+def _resolve_verifier(
+    verifier: Verifier | None, settings: Settings, problems: list[Problem]
+) -> VerifierSpec | None:
+    """The verifier's files checked (relative paths, base64, the size cap) and its timeout."""
+    if verifier is None:
+        return None
+    files: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    total = 0
+    for i, item in enumerate(verifier.files):
+        loc: Loc = ("verifier", "files", i)
+        path = item.path
+        if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+            msg = "must be a relative path without empty, '.' or '..' segments"
+            problems.append(problem((*loc, "path"), msg))
+        elif path in seen:
+            problems.append(problem((*loc, "path"), f"duplicate path {path!r}"))
+        seen.add(path)
+        text = "".join(item.content_base64.split())
+        try:
+            total += len(base64.b64decode(text, validate=True))
+        except (binascii.Error, ValueError):
+            problems.append(problem((*loc, "content_base64"), "not valid base64"))
+        files.append((path, text))
+    if total > settings.verifier_max_bytes:
+        msg = f"larger than {settings.verifier_max_bytes} bytes in total once decoded"
+        problems.append(problem(("verifier", "files"), msg, "too_large"))
+    timeout_s = _bounded(
+        problems,
+        ("verifier", "timeout_s"),
+        verifier.timeout_s,
+        min(settings.verifier_default_timeout_s, settings.verifier_max_timeout_s),
+        settings.verifier_max_timeout_s,
+    )
+    return VerifierSpec(files=files, command=verifier.command, timeout_s=timeout_s)
 
 
 def _default(value: N | None, default: N) -> N:

@@ -30,15 +30,27 @@ from app.domain.prompt_configs import render_prompts, stored_prompt
 from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
+from app.runner import verifier
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.egress_proxy import proxy_policy
 from app.sandbox.files import CollectCaps, CollectedFile
 from app.sandbox.policy import EgressPolicy, SandboxCaps, SandboxConfig, sandbox_config
 from app.sandbox.pool import WarmPool
-from app.specs import LLMSpec, TaskSpec
+from app.specs import LLMSpec, TaskSpec, VerifierSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
+VERIFIER_GRACE_S = 30
+"""A verified sandbox lives this much past its verifier's timeout (the files in, the reward
+read out)."""
+VERIFIED_ENDS = frozenset(
+    {
+        FinishReason.submitted,
+        FinishReason.max_steps,
+        FinishReason.context_limit,
+        FinishReason.timeout,
+    }
+)
 SandboxHook = Callable[[DockerSandbox | None], None]
 """Told a task's sandbox once it is ready to run, and None before it is removed."""
 T = TypeVar("T")
@@ -57,6 +69,8 @@ class Episode:
     output_dir: str
     collect_grace_s: float
     """Time the output collection still gets when the loop used up the task's wall clock."""
+    verifier: VerifierSpec | None = None
+    """Run in the sandbox once the agent has ended (`app.runner.verifier`)."""
 
 
 @dataclass
@@ -64,6 +78,9 @@ class EpisodeResult:
     outcome: Outcome
     files: list[CollectedFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    verification: dict[str, Any] | None = None
+    """What the task's verifier found (`VerificationOut`'s JSON); None without one, or when
+    the agent's end leaves nothing to verify (cancelled, the model or the sandbox failed)."""
 
     def answer(self, max_bytes: int) -> str | None:
         """The text of output/answer.txt, capped, or None when the agent wrote none."""
@@ -161,6 +178,12 @@ class Runner:
         prompt = stored_prompt(spec.prompt, spec.prompt_config, workdir=workdir)
         system, user = render_prompts(prompt, problem)
         limits, tools, box = spec.limits, spec.tools, spec.sandbox
+        caps = self.caps_for(box.image_name)
+        if box.built is not None:  # a tenant's own image: its tag, within its base's caps
+            caps = replace(caps, image=box.image)
+        if not box.read_only_rootfs:  # admitted by the API's operator setting
+            caps = replace(caps, read_only_rootfs=False)
+        verifier_s = spec.verifier.timeout_s + VERIFIER_GRACE_S if spec.verifier else 0
         return Episode(
             agent=AgentSpec(
                 system_prompt=system,
@@ -175,22 +198,24 @@ class Runner:
                 answer_all_tool_calls=tools.answer_all_tool_calls,
             ),
             sandbox=sandbox_config(
-                self.caps_for(box.image_name),
+                caps,
                 labels=labels,
                 cpus=box.cpus,
                 memory_mb=box.memory_mb,
                 disk_mb=box.disk_mb,
                 network=box.network,
                 workdir=workdir,
-                deadline_s=sandbox_deadline_s(self.settings, limits.timeout_s),
+                deadline_s=sandbox_deadline_s(self.settings, limits.timeout_s + verifier_s),
                 allow_domains=tuple(box.allow_domains),
                 workdir_on_disk=tools.profile == "reference"
                 and self.settings.sandbox_reference_workdir_on_disk,
+                extra_scratch=verifier.SCRATCH if spec.verifier else (),
             ),
             inputs=inputs,
             input_dir=prompt.input_dir,
             output_dir=prompt.output_dir,
             collect_grace_s=self.settings.artifact_collect_grace_s,
+            verifier=spec.verifier,
         )
 
     async def run(
@@ -227,9 +252,13 @@ class Runner:
         try:
             if spec.mode == "vanilla":
                 vanilla = self.vanilla(spec, problem, inputs=inputs)
-                return await self.play_vanilla(
+                result = await self.play_vanilla(
                     vanilla, model, sink, stop=stop, used_s=used_s, outcome=outcome
                 )
+                if spec.verifier is not None and _verifiable(result.outcome):
+                    episode = self.episode(spec, problem, labels=labels)
+                    result.verification = await self.verify_reply(episode, result)
+                return result
             episode = self.episode(spec, problem, labels=labels, inputs=inputs)
             return await self.play(
                 episode,
@@ -332,6 +361,8 @@ class Runner:
                 async with asyncio.timeout(deadline.left(at_least=episode.collect_grace_s)):
                     collected = await box.collect(episode.output_dir, self.collect_caps)
                 result.files, result.skipped = collected.files, collected.skipped
+                if episode.verifier is not None and _verifiable(record):
+                    result.verification = await self._verify(box, episode.verifier)
         except SandboxError as exc:
             record.finish_reason = FinishReason.sandbox_error
             record.error = exc.message
@@ -341,6 +372,34 @@ class Runner:
         finally:
             await self._release(starting, on_sandbox)
         return result
+
+    async def verify_reply(self, episode: Episode, result: EpisodeResult) -> dict[str, Any]:
+        """A vanilla task's verification: a fresh sandbox of its image, the reply as the
+        output directory's answer.txt (none if it gave none), then the verifier."""
+        assert episode.verifier is not None
+        files = [(ANSWER_FILE, item.content) for item in result.files if item.path == ANSWER_FILE]
+        box = None
+        try:
+            async with asyncio.timeout(episode.sandbox.deadline_s):
+                box = await self.docker.create_sandbox(episode.sandbox)
+                if files:
+                    await box.put_files(episode.output_dir, files)
+                return await self._verify(box, episode.verifier)
+        except (SandboxError, TimeoutError) as exc:
+            message = exc.message if isinstance(exc, SandboxError) else "timed out"
+            return verifier.unavailable(f"the verifier's sandbox failed: {message}")
+        finally:
+            if box is not None:
+                await self._dispose(box)
+
+    async def _verify(self, box: DockerSandbox, spec: VerifierSpec) -> dict[str, Any]:
+        """The verifier's findings; a Docker failure is the service's, never a reward."""
+        try:
+            return await verifier.verify(
+                box, spec, output_bytes=self.settings.verifier_output_bytes
+            )
+        except SandboxError as exc:
+            return verifier.unavailable(f"the verifier could not run: {exc.message}")
 
     async def _start(self, episode: Episode, deadline: _Deadline) -> DockerSandbox:
         """The episode's sandbox, within what is left of the task's wall clock."""
@@ -484,6 +543,12 @@ class _Deadline:
 
     def left(self, at_least: float = 0.0) -> float | None:
         return None if self._at is None else max(self._at - time.monotonic(), at_least)
+
+
+def _verifiable(outcome: Outcome) -> bool:
+    """Whether the agent's end leaves something to verify: it submitted or ran out of its
+    budget (steps, context, time), not cancelled or failed by the model or the service."""
+    return outcome.finish_reason in VERIFIED_ENDS
 
 
 async def _started(pending: PendingSandbox[DockerSandbox], record: Outcome) -> DockerSandbox | None:

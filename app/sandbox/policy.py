@@ -145,6 +145,8 @@ class SandboxConfig:
     """The workdir as a plain volume on the Docker host's disk instead of a size-capped tmpfs:
     a directory then lists in the host file system's order (ext4: hash order), as the
     package's container does, where a tmpfs lists newest first. Not capped by `disk_mb`."""
+    extra_scratch: tuple[str, ...] = ()
+    """More writable tmpfs directories, as the scratch ones (a verified task's /tests, /logs)."""
     deadline_s: float = defaults.SANDBOX_DEADLINE_S
     """Seconds from its start after which the container ends and Docker removes it (and its
     workdir volume) by itself, whether or not any worker is left to do it. Fixed at creation:
@@ -183,6 +185,7 @@ def sandbox_config(
     deadline_s: float = defaults.SANDBOX_DEADLINE_S,
     allow_domains: tuple[str, ...] = (),
     workdir_on_disk: bool = False,
+    extra_scratch: tuple[str, ...] = (),
 ) -> SandboxConfig:
     """A task's sandbox request checked against the server's caps; ValueError when it exceeds them.
 
@@ -217,6 +220,7 @@ def sandbox_config(
         runtime=caps.runtime,
         deadline_s=deadline_s,
         workdir_on_disk=workdir_on_disk,
+        extra_scratch=extra_scratch,
     )
 
 
@@ -313,7 +317,10 @@ def container_config(cfg: SandboxConfig) -> dict[str, Any]:
             "ReadonlyRootfs": cfg.read_only_rootfs,
             "Tmpfs": {
                 path: f"rw,exec,{_tmpfs_options(cfg.scratch_mb, mode)}"
-                for path, mode in SCRATCH_DIRS.items()
+                for path, mode in {
+                    **SCRATCH_DIRS,
+                    **dict.fromkeys(cfg.extra_scratch, "755"),
+                }.items()
             },
             "Binds": [],
             "Mounts": container_mounts(cfg),

@@ -51,12 +51,6 @@ class SandboxCreate(SandboxRequest):
     """Labels of the caller's own (`GET /v1/sandboxes?metadata.<key>=<value>` filters by them)."""
     env: dict[EnvName, Value] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     """Variables every command sees (a command's own `env` wins)."""
-    read_only_rootfs: bool = True
-    """The image's own files read-only, only the workdir and the scratch directories (/tmp,
-    /root, …) writable, as a task's sandbox is. `false` (to install packages or add users,
-    as harnesses' checks do) only where the operator allows it
-    (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`; 422 otherwise): the writable layer lies on
-    the Docker host's disk, which no quota bounds."""
 
 
 class SandboxOut(WireModel):

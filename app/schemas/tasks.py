@@ -199,6 +199,11 @@ class SandboxRequest(_Strict):
     """With `egress` on a server that filters by name: the names (`pypi.org`) and `*.suffix`
     patterns the sandbox may reach through the proxy, within the server's list (422 naming
     it otherwise); null: the server's default list (docs/network.md)."""
+    read_only_rootfs: bool = True
+    """The image's own files read-only, only the workdir and the scratch directories (/tmp,
+    /root, …) writable. `false` (a Harbor task's agent writes /app, say) only where the
+    operator allows it (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`; 422 otherwise): the
+    writable layer lies on the Docker host's disk, which no quota bounds."""
 
 
 class ToolsOptions(_Strict):
@@ -276,6 +281,20 @@ TASK_EXAMPLES: dict[str, dict[str, Any]] = {
 """Named examples of `POST /v1/tasks` (OpenAPI's; tests/api/test_openapi.py submits them)."""
 
 
+class Verifier(_Strict):
+    """Harbor's verifier: files put under /tests once the agent has ended, then a command run
+    in the same sandbox as root, whose reward file is the task's reward (docs/api.md#verifier)."""
+
+    files: list[InputFile] = Field(min_length=1, max_length=MAX_INPUT_FILES)
+    """Its files (Harbor's `tests/` folder), by path under /tests; unseen by the agent."""
+    command: str = Field(default="bash /tests/test.sh", min_length=1, max_length=4096)
+    """Run by `bash -c` in /tests after the agent; it writes /logs/verifier/reward.txt (a
+    number) or reward.json (`{"reward": number}`)."""
+    timeout_s: int | None = Field(default=None, ge=1, le=MAX_INT)
+    """Seconds the command may run; null: `SANDHIVE_VERIFIER_DEFAULT_TIMEOUT_S`, at most
+    `SANDHIVE_VERIFIER_MAX_TIMEOUT_S`."""
+
+
 class TaskWebhook(_Strict):
     """Where this task's own events go, besides the tenant's subscriptions."""
 
@@ -319,6 +338,10 @@ class TaskCreate(_Strict):
     webhook: TaskWebhook | None = None
     """This task's own webhook: signed with the secret of the tenant's newest subscription
     (so the tenant needs one: `POST /v1/webhooks`)."""
+    verifier: Verifier | None = None
+    """A check run in the task's sandbox after the agent ends (a vanilla task: in a fresh
+    sandbox of its image, the reply as output/answer.txt); its reward is the task's
+    `verification` (docs/api.md#verifier)."""
 
     @model_validator(mode="after")
     def _storable_text(self) -> TaskCreate:
@@ -330,6 +353,10 @@ class TaskCreate(_Strict):
         check_text(self.sandbox.image, "sandbox.image")
         for i, item in enumerate(self.input_files):
             check_text(item.path, f"input_files[{i}].path")
+        if self.verifier is not None:
+            check_text(self.verifier.command, "verifier.command")
+            for i, item in enumerate(self.verifier.files):
+                check_text(item.path, f"verifier.files[{i}].path")
         if isinstance(self.prompt_config, PromptPair):
             for name, text in self.prompt_config.model_dump().items():
                 if isinstance(text, str):
@@ -363,6 +390,29 @@ class SkippedArtifact(WireModel):
     """The file, relative to the output directory; "" for the output as a whole."""
     reason: str
     """Why it was left out."""
+
+
+class VerificationOut(WireModel):
+    """What the task's verifier found, once it has run."""
+
+    reward: float | None
+    """The reward it wrote (reward.txt's number, or reward.json's `reward`, or its one value);
+    null when it wrote none that reads as a number (`error` says why)."""
+    rewards: dict[str, float] = Field(default_factory=dict)
+    """Every named reward of a reward.json (`{"reward": r}` for a reward.txt)."""
+    error: str | None = None
+    """Why there is no reward: no reward file, not a number, the command timed out."""
+    infrastructure: bool = False
+    """True when the service failed to run it (its sandbox could not start or answer): not
+    the answer's fault, and an experiment does not score it."""
+    exit_code: int | None = None
+    """The command's exit status (-1 when it timed out); null if it did not run."""
+    stdout: str = ""
+    """The end of its standard output (`SANDHIVE_VERIFIER_OUTPUT_BYTES`)."""
+    stderr: str = ""
+    """The end of its standard error."""
+    seconds: float = 0.0
+    """How long it ran, file copies and reward read included."""
 
 
 class TaskOut(WireModel):
@@ -411,6 +461,8 @@ class TaskOut(WireModel):
     webhook: WebhookSpec | None = None
     """The task's own webhook (`signed_by`: the subscription whose secret signs it); null
     without one."""
+    verification: VerificationOut | None = None
+    """What its verifier found; null without a verifier, or until it has run."""
 
 
 class TaskList(WireModel):

@@ -26,6 +26,7 @@ from app.scoring.text import (
     RougeLScorer,
 )
 from app.scoring.types import Scorer
+from app.scoring.verifier import VerifierScorer
 
 _MAX_PATTERN_CHARS = 2000
 
@@ -192,6 +193,7 @@ _BUILDERS: dict[str, Callable[[_Options], Scorer]] = {
     "instruction_following": _instruction_following,
     "llm_judge": _llm_judge,
     "python": _python,
+    "verifier": lambda options: VerifierScorer(),
 }
 
 

@@ -77,6 +77,12 @@ def is_deferred(scorer: Scorer) -> bool:
     return bool(getattr(scorer, "deferred", False))
 
 
+def from_task(scorer: Scorer) -> bool:
+    """Whether `scorer` scores an item from its task's own record (`verifier`: the reward
+    its sandbox gave), not from an answer: nothing to compute when the item ends."""
+    return bool(getattr(scorer, "from_task", False))
+
+
 def score_answer(scorer: Scorer, answer: str | None, row: Mapping[str, Any]) -> Score:
     """Run `scorer`, turning any unexpected exception into a `ScorerError` (never a 0)."""
     try:

@@ -27,13 +27,15 @@ from app.services.tasks.lifecycle import TaskEnd
 from app.states import FinishReason
 from app.worker.context import WorkerContext
 from app.worker.running import End, Running, StopReason
+from app.worker.sandboxes.builds import Builder
 from app.worker.sink import TaskSink
 
 log = logging.getLogger(__name__)
 
 
-async def run_attempt(ctx: WorkerContext, running: Running) -> End:
-    """Run the task if it still needs running; say how the worker is done with its message."""
+async def run_attempt(ctx: WorkerContext, running: Running, builder: Builder | None = None) -> End:
+    """Run the task if it still needs running; say how the worker is done with its message.
+    `builder`: builds a tenant's own image this worker lacks (none: such a task fails)."""
     try:
         started = await attempts.start_attempt(
             ctx.sessions,
@@ -51,7 +53,7 @@ async def run_attempt(ctx: WorkerContext, running: Running) -> End:
     logs.bind(attempt=started.attempt, tenant=started.tenant)
     log.info("attempt %d of %s started", started.attempt, started.task_id)
     try:
-        return await _run_started(ctx, running, started)
+        return await _run_started(ctx, running, started, builder)
     except StaleAttempt:
         log.warning("attempt %s of %s was taken over", started.attempt, started.task_id)
         return End.stale
@@ -60,13 +62,16 @@ async def run_attempt(ctx: WorkerContext, running: Running) -> End:
         return End.retry
 
 
-async def _run_started(ctx: WorkerContext, running: Running, started: StartedAttempt) -> End:
+async def _run_started(
+    ctx: WorkerContext, running: Running, started: StartedAttempt, builder: Builder | None
+) -> End:
     """Raises StaleAttempt when a newer attempt owns the task; nothing else."""
     await _remove_earlier_sandboxes(ctx, started)
     sink = TaskSink(ctx.sessions, ctx.redis, started.task_id, started.attempt)
     outcome = Outcome(FinishReason.max_steps)  # the one record of steps and usage
     expiring = asyncio.create_task(_announce_expiry(ctx, started))
     try:
+        await _own_image(started, builder)
         result = await _run(ctx, started, sink, running, outcome)
     except StaleAttempt:
         raise
@@ -99,6 +104,18 @@ async def _run_started(ctx: WorkerContext, running: Running, started: StartedAtt
         end = TaskEnd(FinishReason.sandbox_error, usage=_usage(outcome), error=error)
         await attempts.finish_task(ctx.sessions, ctx.redis, started.task_id, started.attempt, end)
     return End.done
+
+
+async def _own_image(started: StartedAttempt, builder: Builder | None) -> None:
+    """A tenant's own image is built here first when this worker lacks it (SandboxError when
+    it cannot be: the task then fails `sandbox_error`, retried by an experiment)."""
+    spec = started.spec
+    built = spec.sandbox.built
+    if built is None or (spec.mode == "vanilla" and spec.verifier is None):
+        return
+    if builder is None:
+        raise SandboxError(f"image built/{built.name} cannot be built by this worker")
+    await builder.ensure(started.tenant, built.model_dump(), spec.sandbox.image)
 
 
 async def _run(
@@ -169,6 +186,7 @@ async def _store(ctx: WorkerContext, started: StartedAttempt, result: EpisodeRes
             answer=result.answer(ctx.settings.answer_max_bytes),
             usage=_usage(outcome),
             error=outcome.error,
+            verification=result.verification,
         ),
         files,
         skipped=result.skipped,

@@ -44,6 +44,7 @@ from app.worker.images import ImageInventory
 from app.worker.reconcile import Reconciler
 from app.worker.running import End, Running, StopReason
 from app.worker.sandboxes import upkeep as sandbox_upkeep
+from app.worker.sandboxes.builds import Builder
 from app.worker.sandboxes.server import SandboxServer
 from app.worker.taking import Taken
 
@@ -95,6 +96,8 @@ class Worker:
         self._last_reclaim = 0.0
         self._backoff = 0.0
         self.images: ImageInventory | None = None
+        self.builder: Builder | None = None
+        """Builds tenants' own images here, for sandboxes and tasks (set once serving)."""
         """The catalogue images its daemon has (`app.worker.images`): it claims only theirs."""
 
     def stop(self) -> None:
@@ -158,7 +161,8 @@ class Worker:
         log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
         episodes = EpisodeServer(ctx, self.stopping, lambda: self._present_images())
         files = FileServer(ctx, self.running)
-        own = SandboxServer(ctx)
+        self.builder = Builder(ctx)
+        own = SandboxServer(ctx, self.builder)
         serving = [
             asyncio.create_task(episodes.serve()),
             asyncio.create_task(files.serve()),
@@ -311,7 +315,7 @@ class Worker:
     async def _run_taken(self, ctx: WorkerContext, running: Running) -> None:
         """Run a task taken by `taking.take`, then drop its lease and message as its end says."""
         try:
-            end = await run_attempt(ctx, running)
+            end = await run_attempt(ctx, running, self.builder)
         finally:
             del self.running[running.task_id]
         if end is End.done:

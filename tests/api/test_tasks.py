@@ -82,6 +82,8 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
         "memory_mb": api_settings.default_memory_mb,
         "disk_mb": api_settings.default_disk_mb,
         "allow_domains": [],
+        "read_only_rootfs": True,
+        "built": None,
     }
     assert task["tools"] == {"profile": "standard", "answer_all_tool_calls": True, "shell": "fresh"}
     assert task["prompt_config"] == "general"

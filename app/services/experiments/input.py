@@ -16,7 +16,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.config import Settings
-from app.domain.resolve import Problem, check_inputs, dotted, problem, resolve_spec
+from app.domain.resolve import (
+    OwnImage,
+    Problem,
+    check_inputs,
+    dotted,
+    problem,
+    resolve_spec,
+)
 from app.errors import InvalidInput, TooLarge
 from app.schemas.experiments import ArmCreate, ExperimentCreate
 from app.schemas.tasks import TaskCreate
@@ -40,16 +47,20 @@ class Checked:
 
 
 def check_experiment(
-    body: ExperimentCreate, settings: Settings, tenant: str | None = None
+    body: ExperimentCreate,
+    settings: Settings,
+    tenant: str | None = None,
+    own: Mapping[str, OwnImage] | None = None,
 ) -> Checked:
     """The experiment, every row and arm checked; InvalidInput listing every problem.
-    `tenant`: whose catalogue images the arms may use (None: any, `--local`)."""
+    `tenant`: whose catalogue images the arms and rows may use (None: any, `--local`);
+    `own`: the tenant's own images (`built/NAME`) they may use besides."""
     problems: list[Problem] = []
     _check_sizes(body, settings, problems)
     scorer = _scorer(body.scorer, settings, problems)
-    arms = [_check_arm(i, arm, settings, problems, tenant) for i, arm in enumerate(body.arms)]
+    arms = [_check_arm(i, arm, settings, problems, tenant, own) for i, arm in enumerate(body.arms)]
     _unique_arm_names(body.arms, problems)
-    rows = _check_rows(body.dataset.rows, scorer, settings, problems)
+    rows = _check_rows(body.dataset.rows, scorer, settings, problems, (tenant, own or {}))
     rows = _slice(rows, body.start_id, body.end_id, problems)
     _check_prompt_fields(body, settings, problems)
     if problems:
@@ -100,7 +111,12 @@ def _unique_arm_names(arms: list[ArmCreate], problems: list[Problem]) -> None:
 
 
 def _check_arm(
-    i: int, arm: ArmCreate, settings: Settings, problems: list[Problem], tenant: str | None
+    i: int,
+    arm: ArmCreate,
+    settings: Settings,
+    problems: list[Problem],
+    tenant: str | None,
+    own: Mapping[str, OwnImage] | None,
 ) -> dict[str, Any]:
     stored = {"name": arm.name, "mode": arm.mode, "task": dict(arm.task)}
     if arm.prompt_field is not None:
@@ -117,7 +133,7 @@ def _check_arm(
         return stored
     try:
         body = arm_submission(stored, PLACEHOLDER_PROMPT, {}, {})
-        stored["llm_profile"] = resolve_spec(body, settings, tenant=tenant).llm.profile
+        stored["llm_profile"] = resolve_spec(body, settings, tenant=tenant, own=own).llm.profile
         check_inputs(body, settings)  # the arm's metadata
     except ValidationError as exc:
         for e in exc.errors():
@@ -129,10 +145,15 @@ def _check_arm(
 
 
 def arm_submission(
-    arm: Mapping[str, Any], prompt: str, files: Mapping[str, str], metadata: Mapping[str, Any]
+    arm: Mapping[str, Any],
+    prompt: str,
+    files: Mapping[str, str],
+    metadata: Mapping[str, Any],
+    row: Mapping[str, Any] | None = None,
 ) -> TaskCreate:
-    """The task one item of `arm` submits: the arm's options, the row's prompt and files."""
-    task = dict(arm["task"])
+    """The task one item of `arm` submits: the arm's options, the row's prompt and files,
+    and the row's own `image` and `verifier` when it has them (a Harbor task's)."""
+    task = {**arm["task"], **row_task(row or {}, arm["task"])}
     own = task.get("metadata", {})
     data: dict[str, Any] = {
         **task,
@@ -146,6 +167,28 @@ def arm_submission(
     if "mode" in TaskCreate.model_fields:  # vanilla arms: one model call, no sandbox
         data["mode"] = arm["mode"]
     return TaskCreate.model_validate(data)
+
+
+def row_task(row: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, Any]:
+    """The task options a row sets over its arm's: `image` (the sandbox's) and `verifier`
+    (its files as text by path under /tests)."""
+    options: dict[str, Any] = {}
+    if "image" in row:
+        sandbox = task.get("sandbox")
+        options["sandbox"] = {**(sandbox if isinstance(sandbox, Mapping) else {})}
+        options["sandbox"]["image"] = row["image"]
+    verifier = row.get("verifier")
+    if isinstance(verifier, Mapping):
+        files = verifier.get("files")
+        options["verifier"] = {
+            **{key: value for key, value in verifier.items() if key != "files"},
+            "files": [
+                {"path": path, "content_base64": base64.b64encode(text.encode()).decode()}
+                for path, text in (files.items() if isinstance(files, Mapping) else ())
+                if isinstance(text, str)
+            ],
+        }
+    return options
 
 
 def item_prompt(arm: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
@@ -175,7 +218,11 @@ def _check_prompt_fields(body: ExperimentCreate, s: Settings, problems: list[Pro
 
 
 def _check_rows(
-    rows: list[dict[str, Any]], scorer: Scorer | None, settings: Settings, problems: list[Problem]
+    rows: list[dict[str, Any]],
+    scorer: Scorer | None,
+    settings: Settings,
+    problems: list[Problem],
+    images: tuple[str | None, Mapping[str, OwnImage]],
 ) -> list[dict[str, Any]]:
     first_at: dict[str, int] = {}
     checked = []
@@ -189,7 +236,7 @@ def _check_rows(
             problems.append(problem(("dataset", "rows", i, "id"), msg, "duplicate"))
             continue
         first_at[row_id] = i
-        _check_row_inputs(i, found, settings, problems)
+        _check_row_inputs(i, found, settings, problems, images)
         checked.append(found)
     return checked
 
@@ -267,15 +314,22 @@ def _scorable(i: int, row: dict[str, Any], scorer: Scorer | None, problems: list
 
 
 def _check_row_inputs(
-    i: int, row: Mapping[str, Any], settings: Settings, problems: list[Problem]
+    i: int,
+    row: Mapping[str, Any],
+    settings: Settings,
+    problems: list[Problem],
+    images: tuple[str | None, Mapping[str, OwnImage]],
 ) -> None:
-    """The row's prompt and files within a task's limits (which no arm option changes)."""
+    """The row's prompt and files within a task's limits (which no arm option changes),
+    and its own image and verifier, when it has them, as a task would take them."""
     loc = ("dataset", "rows", i)
     bare = {"name": "", "mode": "sandbox", "task": {}}
     try:
-        check_inputs(
-            arm_submission(bare, row["problem_statement"], row["input_files"], {}), settings
-        )
+        body = arm_submission(bare, row["problem_statement"], row["input_files"], {}, row)
+        check_inputs(body, settings)
+        if "image" in row or "verifier" in row:
+            tenant, own = images
+            resolve_spec(body, settings, tenant=tenant, own=own)
     except ValidationError as exc:
         for e in exc.errors():
             msg = f"row {row['id']!r}: {e['msg'].removeprefix('Value error, ')}"

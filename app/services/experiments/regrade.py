@@ -32,7 +32,7 @@ from app.domain.resolve import Problem, problem
 from app.errors import AppError, Conflict, InvalidInput
 from app.ids import utc_now
 from app.schemas.experiments import ExperimentOut
-from app.scoring.types import Scorer
+from app.scoring.types import Scorer, from_task
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import row_problems
 from app.services.experiments.rows import ROW, with_rows
@@ -50,12 +50,16 @@ Item = models.ExperimentItem
 
 
 def check_scorer(spec: Mapping[str, Any], settings: Settings) -> Scorer:
-    """The scorer of a spec, checked as `POST /v1/experiments` checks it (InvalidInput)."""
+    """The scorer of a spec, checked as `POST /v1/experiments` checks it (InvalidInput); one
+    that scores answers (not a `verifier`)."""
     try:
         scorer = build_scorer(spec, settings)
     except ValueError as exc:
         raise InvalidInput(f"scorer: {exc}", details=[problem(("scorer",), str(exc))]) from exc
     _refuse("scorer", scorer_problems(scorer, settings))
+    if from_task(scorer):  # its rewards were found in the items' sandboxes, which are gone
+        msg = "a verifier's rewards come from the items' own sandboxes, which have ended"
+        raise InvalidInput(f"scorer: {msg}", details=[problem(("scorer", "kind"), msg)])
     return scorer
 
 

@@ -38,13 +38,15 @@ from app.domain.scored_answer import AGENT_REASONS, scored_answer
 from app.errors import InvalidInput, TooLarge, TooManyRequests
 from app.ids import utc_now
 from app.scoring.offload import score_off_loop
-from app.scoring.types import Score, Scorer, ScorerError, is_deferred
+from app.scoring.types import Score, Scorer, ScorerError, from_task, is_deferred
+from app.scoring.verifier import verdict
 from app.services.experiments.events import record_experiment_events
 from app.services.experiments.input import arm_submission, item_prompt
 from app.services.experiments.notify import experiment_finished
 from app.services.experiments.rows import ROW, with_rows
 from app.services.experiments.scoring import item_key, json_safe, stored_scorer, wake_followers
 from app.services.images import task_images
+from app.services.images.own import own_images
 from app.services.tasks import backpressure
 from app.services.tasks.service import new_task, store_task
 from app.states import TERMINAL, FinishReason, TaskStatus
@@ -178,7 +180,7 @@ async def _prescore(sessions: Sessions, settings: Settings, experiment_id: str) 
             scorer = stored_scorer(exp.spec["scorer"], settings)
         except ValueError:
             return {}  # recorded as each item's error in the transaction
-        if is_deferred(scorer):
+        if is_deferred(scorer) or from_task(scorer):
             return {}
         package = exp.spec.get("rules") == "package"
         to_score = scored_text(exp.spec)
@@ -252,8 +254,11 @@ async def _score_ended(
             text = to_score(item.arm, ended.status, ended.finish_reason, ended.answer)
         answer, score = prescored.get(item.task_id or "") or (None, None)
         score = score if text is not None and answer == text else None
+        lost = None
+        if ended is not None and not isinstance(scorer, ScorerError) and from_task(scorer):
+            text, score, lost = verified(ended)
         failed_task = item.task_id
-        if not record_end(item, ended, scorer, score, to_score=text, retries=retries):
+        if not record_end(item, ended, scorer, score, to_score=text, retries=retries, lost=lost):
             continue
         if item.status == "pending":  # the service failed its task: it runs again, later
             assert ended is not None  # only a task's failure is retried
@@ -269,6 +274,22 @@ async def _score_ended(
         else:
             events.append(("item.ended", ended_data(item)))
     return events
+
+
+def verified(task: models.Task) -> tuple[str | None, Score | ScorerError | None, str | None]:
+    """(the answer kept, the score, why the service failed) of a task a `verifier` scores:
+    its verification's reward, whatever the agent answered; nothing to score without one
+    (the task ended for the service, or was cancelled); a verifier the service could not
+    run is the task's infrastructure failure, retried as a failed task is."""
+    found = task.verification
+    if found is None or task.status == TaskStatus.cancelled:
+        return None, None, None
+    if found.get("infrastructure"):
+        return None, None, str(found.get("error") or "the verifier could not run")
+    try:
+        return task.answer or "", verdict(found), None
+    except ScorerError as exc:
+        return task.answer or "", exc, None
 
 
 def ended_data(item: models.ExperimentItem) -> dict[str, Any]:
@@ -290,6 +311,7 @@ def record_end(
     *,
     to_score: str | None,
     retries: int = 0,
+    lost: str | None = None,
 ) -> bool:
     """The item's end from its task's: scored, cancelled or an error of some kind; or, with
     a deferred scorer and an answer, `scoring` (free for any worker's scoring loop). A
@@ -298,7 +320,8 @@ def record_end(
     as the item's answer. `score`: a built-in scorer's verdict on it, computed off the loop;
     an answer to be scored without one is left as it is (False: not ended yet). An item
     whose task the service failed goes back to `pending` without its task, while it has
-    been retried fewer than `retries` times (the experiment's `infrastructure_retries`)."""
+    been retried fewer than `retries` times (the experiment's `infrastructure_retries`);
+    `lost`: why the service failed a task that otherwise ended well (its verifier)."""
     if task is not None and to_score is not None and _awaits_its_score(scorer, score):
         return False
     item.updated_at = utc_now()
@@ -306,7 +329,7 @@ def record_end(
         _error(item, "infrastructure", "the item's task no longer exists")
         return True
     reason = FinishReason(task.finish_reason) if task.finish_reason else None
-    failed = task.status == TaskStatus.failed and reason not in AGENT_REASONS
+    failed = (task.status == TaskStatus.failed and reason not in AGENT_REASONS) or lost is not None
     if failed and (item.retries or 0) < retries:  # as if it had not run: no usage, no answer
         item.status, item.task_id, item.retries = "pending", None, (item.retries or 0) + 1
         return True
@@ -317,7 +340,7 @@ def record_end(
     elif to_score is not None:
         _judge(item, scorer, score)
     elif failed:
-        message = task.error or f"the task ended with {reason}"
+        message = lost or task.error or f"the task ended with {reason}"
         _error(item, "infrastructure", message, reason=reason, retries=item.retries or 0)
     elif task.status != TaskStatus.succeeded:
         _error(item, "agent", task.error or f"the task ended with {reason}", reason=reason)
@@ -342,7 +365,7 @@ def _judge(
         item.scoring_until = None
         item.scoring_claims = 0
     elif isinstance(score, ScorerError):
-        _error(item, "scorer", score.message, **score.detail)
+        _error(item, score.kind, score.message, **score.detail)
     elif score is not None:
         item.status = "scored"
         item.score = score.value
@@ -420,8 +443,9 @@ async def _start_item(
 ) -> str:
     """Create the item's task exactly as a submission does, and link it; its id."""
     metadata = {"experiment": exp.id, "row": item.row_id, "arm": item.arm, "attempt": item.attempt}
-    body = arm_submission(arm, *item_prompt(arm, row), metadata)
-    spec = resolve_spec(body, settings, tenant=exp.tenant_id)
+    body = arm_submission(arm, *item_prompt(arm, row), metadata, row)
+    own = await own_images(session, settings, exp.tenant_id, body.sandbox.image)
+    spec = resolve_spec(body, settings, tenant=exp.tenant_id, own=own)
     files = check_inputs(body, settings)
     await backpressure.admit(session, settings, exp.tenant_id)
     task = await store_task(session, new_task(exp.tenant_id, body, spec), files)

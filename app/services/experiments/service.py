@@ -36,6 +36,7 @@ from app.services.experiments.outs import experiment_outs
 from app.services.experiments.rows import store_rows
 from app.services.experiments.runner import advance
 from app.services.experiments.scoring import wake_followers
+from app.services.images.own import own_images
 from app.services.tasks import cancel
 from app.services.webhooks import service as webhooks
 
@@ -51,7 +52,12 @@ async def create_experiment(
     sessions: Sessions, redis: Redis, settings: Settings, tenant: str, body: ExperimentCreate
 ) -> ExperimentOut:
     """Check, store and start an experiment (422 naming the row and field; nothing stored)."""
-    checked = check_experiment(body, settings, tenant)
+    boxes = [arm.task.get("sandbox") for arm in body.arms]
+    wanted = [str(box.get("image")) for box in boxes if isinstance(box, dict)]
+    wanted += [str(row.get("image")) for row in body.dataset.rows if "image" in row]
+    async with sessions() as session:
+        images = await own_images(session, settings, tenant, *wanted)
+    checked = check_experiment(body, settings, tenant, images)
     own = None
     if body.webhook is not None:
         own = await webhooks.own_webhook(

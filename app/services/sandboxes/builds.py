@@ -20,7 +20,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from redis.asyncio import Redis
@@ -42,6 +42,7 @@ from app.errors import (
 )
 from app.ids import utc_now
 from app.schemas.images import BUILT_PREFIX, ImageBuildCreate, ImageBuildList, ImageBuildOut
+from app.services.images import own
 from app.services.sandboxes import placement
 from app.services.sandboxes.service import RETRY_S
 
@@ -242,36 +243,19 @@ class Own:
 async def own_images(sessions: Sessions, settings: Settings, tenant: str) -> dict[str, Own]:
     """The tenant's ready images by `built/NAME`, each with its base's resources and
     limits."""
-    bases = {image.name: image for image in for_tenant(settings, tenant)}
     async with sessions() as session:
-        found = await session.scalars(
-            select(models.ImageBuildRow)
-            .where(models.ImageBuildRow.tenant_id == tenant)
-            .where(models.ImageBuildRow.status == "ready")
+        rows = await own.ready_rows(session, tenant)
+    workers = {row.name: row.worker for row in rows}
+    return {
+        name: Own(
+            found.image,
+            found.built.name,
+            found.built.base,
+            found.built.digest,
+            workers[found.built.name],
         )
-        rows = list(found)
-    images: dict[str, Own] = {}
-    for row in rows:
-        base = bases.get(row.base)
-        if base is None:  # its base left the catalogue, or this tenant's share of it
-            continue
-        name = BUILT_PREFIX + row.name
-        images[name] = Own(_as_image(name, row, base), row.name, row.base, row.digest, row.worker)
-    return images
-
-
-def _as_image(name: str, row: models.ImageBuildRow, base: Image) -> Image:
-    """The base's resources and limits under the build's name, tag and description."""
-    return replace(
-        base,
-        name=name,
-        reference=row.reference,
-        description=row.description,
-        warm_pool_size=0,
-        tenants=None,
-        dockerfile=None,
-        context=None,
-    )
+        for name, found in own.resolved(settings, tenant, rows).items()
+    }
 
 
 async def _find(sessions: Sessions, tenant: str, name: str) -> models.ImageBuildRow:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -39,6 +40,8 @@ class TaskEnd:
     answer: str | None = None
     usage: UsageOut | None = None
     error: str | None = None
+    verification: dict[str, Any] | None = None
+    """What the task's verifier found (`VerificationOut`'s JSON), when it ran."""
 
 
 async def lock_row(
@@ -84,6 +87,8 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
         "usage": usage,
         "error": task.error,
     }
+    if outcome.verification is not None:
+        task.verification = data["verification"] = storable(outcome.verification)
     await task_changed(session, task, TASK_FINISHED)  # the outbox row commits with the end
     return [await record_event(session, task.id, TASK_FINISHED, data)]
 

@@ -33,10 +33,12 @@ from app.schemas.tasks import (
     TaskOut,
     TrajectoryOut,
     UsageOut,
+    VerificationOut,
 )
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.events import record_event
 from app.services.images import admission as image_admission
+from app.services.images.own import own_images
 from app.services.tasks import backpressure, idempotency
 from app.services.tasks.filters import TaskFilters
 from app.services.visibility import find_task
@@ -60,7 +62,9 @@ async def submit_task(
     idempotency_key: str | None,
 ) -> tuple[TaskOut, bool]:
     """Store a queued task and enqueue it; (task, created), or the first task for a repeated key."""
-    resolved = resolve_spec(body, settings, tenant=tenant)
+    async with sessions() as session:
+        mine = await own_images(session, settings, tenant, body.sandbox.image)
+    resolved = resolve_spec(body, settings, tenant=tenant, own=mine)
     if resolved.llm.profile != body.llm.profile:
         log.info(
             "a task of %s names no llm profile: it runs on %r, the only one configured "
@@ -283,4 +287,5 @@ def task_out(row: models.Task) -> TaskOut:
         error=row.error,
         artifacts_skipped=skipped_of(row),
         webhook=spec.webhook,
+        verification=VerificationOut.model_validate(row.verification) if row.verification else None,
     )

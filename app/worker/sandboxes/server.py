@@ -70,7 +70,7 @@ class Live:
 class SandboxServer:
     """Serves this worker's sandbox requests until `halt`; then removes what it holds."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, builder: Builder) -> None:
         self.ctx = ctx
         self.halted = asyncio.Event()
         self.live: dict[str, Live] = {}
@@ -82,7 +82,7 @@ class SandboxServer:
             lambda: asyncio.Semaphore(per_sandbox)
         )
         self._answering: set[asyncio.Task[None]] = set()
-        self.builder = Builder(ctx)
+        self.builder = builder
 
     def halt(self) -> None:
         self.halted.set()

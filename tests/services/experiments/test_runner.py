@@ -18,7 +18,7 @@ from app.domain.scored_answer import scored_answer
 from app.ids import utc_now
 from app.scoring.registry import scorer_for
 from app.scoring.types import Score, ScorerError, score_answer
-from app.services.experiments.runner import record_end
+from app.services.experiments.runner import record_end, verified
 
 MATH = scorer_for({"kind": "math"})
 
@@ -143,3 +143,40 @@ def test_an_answer_not_scored_yet_is_left_running_untouched() -> None:
     ended = task("succeeded", "submitted", "\\boxed{4}")
     assert not record_end(found, ended, MATH, None, to_score=ended.answer)
     assert (found.status, found.answer, found.steps) == ("running", None, None)
+
+
+VERIFIER = scorer_for({"kind": "verifier"})
+
+
+def verified_end(ended: models.Task, *, retries: int = 0) -> models.ExperimentItem:
+    """`record_end` as the runner calls it for the `verifier` scorer."""
+    found = item()
+    text, score, lost = verified(ended)
+    assert record_end(found, ended, VERIFIER, score, to_score=text, retries=retries, lost=lost)
+    return found
+
+
+def test_a_verifier_scores_the_tasks_reward_and_a_verifier_the_service_lost_is_retried() -> None:
+    ran = task("succeeded", "submitted", "41")
+    ran.verification = {"reward": 0.0, "rewards": {"reward": 0.0}, "infrastructure": False}
+    scored = verified_end(ran)
+    assert (scored.status, scored.score, scored.answer) == ("scored", 0.0, "41")
+
+    budget = task("failed", "max_steps")  # the agent's budget ran out: still verified
+    budget.verification = {"reward": 1.0, "rewards": {"reward": 1.0}, "infrastructure": False}
+    assert (verified_end(budget).status, verified_end(budget).score) == ("scored", 1.0)
+
+    lost = task("succeeded", "submitted", "42")
+    lost.verification = {
+        "reward": None,
+        "error": "the verifier's sandbox failed: gone",
+        "infrastructure": True,
+    }
+    again = verified_end(lost, retries=1)
+    assert (again.status, again.retries, again.task_id) == ("pending", 1, None)
+    spent = verified_end(lost, retries=0)
+    assert (spent.status, spent.error_kind, spent.score) == ("error", "infrastructure", None)
+    assert "sandbox failed: gone" in spent.detail["message"]
+
+    unverified = verified_end(task("failed", "llm_error"))  # no verification: the task's own end
+    assert (unverified.status, unverified.error_kind) == ("error", "infrastructure")
