@@ -528,6 +528,9 @@ class Settings(BaseSettings):
     """Let `POST /v1/sandboxes` ask for `read_only_rootfs: false` (422 otherwise): its writes
     land in the container's layer on the Docker host's disk, unbounded by `disk_mb`; turn on
     for harnesses that install packages or add users at run time (docs/sandboxes.md)."""
+    e2b_api: bool = True
+    """Serve the E2B API (`/e2b`, `/e2b/envd`) over the sandboxes, so the `e2b` SDK and the
+    tools built on it run here (docs/e2b.md); needs the `e2b` extra installed."""
     sandbox_max_concurrent_requests: int = Field(default=8, ge=1)
     """Commands and file requests one sandbox serves at once; more wait their turn (and are
     dropped once their caller stopped waiting)."""

@@ -7,6 +7,7 @@ through lifespan state; nothing lives in module globals.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -37,6 +38,7 @@ from app.api.tasks import artifacts, files, stream
 from app.api.tasks import routes as tasks
 from app.config import Settings
 
+log = logging.getLogger(__name__)
 ROUTERS: tuple[APIRouter, ...] = (
     ops.router,
     metrics.router,
@@ -71,6 +73,19 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app, settings)
     middleware.install(app, settings)  # body limits, origins, NUL in URLs, token redaction
     openapi.install(app, settings, ROUTERS)  # its key scheme and limits, in /openapi.json
+    if settings.e2b_api:
+        _install_e2b(app)
     for router in ROUTERS:
         app.include_router(router)
     return app
+
+
+def _install_e2b(app: FastAPI) -> None:
+    """The E2B API, where the `e2b` extra (its envd message types) is installed."""
+    try:
+        from app.api.e2b import control, envd  # the optional extra's modules import here
+    except ImportError as exc:
+        log.warning("the E2B API is off: %s (pip install 'sandhive[e2b]')", exc)
+        return
+    app.mount("/e2b/envd", envd.Envd())  # before the control plane's catch-all
+    app.include_router(control.router)

@@ -73,16 +73,21 @@ async def current_tenant(conn: HTTPConnection, res: Res) -> str:
     itself after accepting, so its errors become WebSocket close codes (4401, 4429).
     """
     tenant = await _authenticate(conn, res)
-    await _within_rate(res, tenant)
+    await within_rate(res, tenant)
     return tenant
 
 
 async def _authenticate(conn: HTTPConnection, res: Resources) -> str:
+    missing = "missing API key: send `Authorization: Bearer <key>`"
+    return await tenant_of(conn, res, presented_key(conn), missing)
+
+
+async def tenant_of(conn: HTTPConnection, res: Resources, key: str | None, missing: str) -> str:
+    """The tenant `key` acts for (Unauthorized, saying `missing`, without one)."""
     if res.settings.auth == "disabled":
         return DEFAULT_TENANT
-    key = presented_key(conn)
     if key is None:
-        raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        raise Unauthorized(missing)
     admin = res.settings.admin_api_key
     if keys.is_admin_key(key, admin.get_secret_value() if admin else None):
         return _admin_tenant(conn)
@@ -99,7 +104,7 @@ def _admin_tenant(conn: HTTPConnection) -> str:
     return name
 
 
-async def _within_rate(res: Resources, tenant: str) -> None:
+async def within_rate(res: Resources, tenant: str) -> None:
     """429 with Retry-After past the tenant's budget; fails open when Redis is unreachable."""
     s = res.settings
     if s.rate_limit_per_s <= 0:

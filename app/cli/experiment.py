@@ -147,6 +147,14 @@ def run(
             " must allow it (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS).",
         ),
     ] = False,
+    egress: Annotated[
+        bool,
+        typer.Option(
+            "--egress",
+            help="Harbor tasks: outbound network for the agent and the verifier (many"
+            " tests/test.sh install their tools); the server must enable egress.",
+        ),
+    ] = False,
 ) -> None:
     """Run a benchmark task folder (config.yaml, reward.py, ...), a Harbor task folder or a
     folder of them (task.toml, instruction.md, environment/, tests/), or the rows of a
@@ -167,13 +175,16 @@ def run(
             scorer=parse_scorer(scorer) if scorer is not None else None,
             name=name,
             writable_rootfs=writable_rootfs,
+            egress=egress,
         )
         if path is not None and harbor_folder.is_harbor(path):
             if local:
                 fail(
                     "Harbor tasks run on a service, which builds their images: drop --local", code=2
                 )
-            tasks = harbor_folder.read_harbor(path)
+            tasks = harbor_folder.read_harbor(path)[start_id:end_id]
+            if not tasks:
+                raise FolderError(f"{path}: no task between --start-id and --end-id")
             body = harbor_folder.harbor_body(tasks, options)
             _run_harbor(tasks, body, Api(server, api_key), json_out=json_out, no_wait=no_wait)
             return
@@ -233,20 +244,65 @@ def _run_harbor(
 
 
 def _ensure_image(api: Api, task: harbor_folder.HarborTask, *, quiet: bool) -> None:
-    """The task's environment built as `built/harbor-<task>-<hash>` unless it already is."""
+    """The task's environment built as `built/harbor-<hash>` unless it is already (or is
+    being built by another caller: then waited for)."""
     name = task.image_name
-    found = api.client.get(f"/v1/images/builds/{name}")
-    if found.status_code == 200 and found.json().get("status") == "ready":
+    state = _build_status(api, name)
+    if state == "ready":
         return
-    if not quiet:
-        err_console.print(f"building {task.name}'s environment as built/{name}")
-    body = {
-        "name": name,
-        "dockerfile": task.dockerfile,
-        "context": base64.b64encode(task.context).decode("ascii"),
-        "description": f"Harbor task {task.name}"[:1000],
-    }
-    api.call("POST", "/v1/images/builds", json=body, timeout=task.build_timeout_s + 60)
+    if state != "building":
+        if not quiet:
+            err_console.print(f"building {task.name}'s environment as built/{name}")
+        body = {
+            "name": name,
+            "dockerfile": task.dockerfile,
+            "context": base64.b64encode(task.context).decode("ascii"),
+            "description": f"Harbor task {task.name}"[:1000],
+        }
+        response = _request(api, "POST", "/v1/images/builds", json=body, timeout=_wait_s(task))
+        if response.status_code < 400:
+            return
+        details = _error_details(response)
+        if response.status_code != 409 or details.get("status") != "building":
+            _refused(response)
+    deadline = time.monotonic() + _wait_s(task)
+    while (state := _build_status(api, name)) == "building" and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if state != "ready":
+        fail(f"{task.path}: its environment did not build as built/{name} ({state})", code=2)
+
+
+SERVER_BUILD_TIMEOUT_S = 900.0
+"""The server's default `SANDHIVE_IMAGE_BUILD_TIMEOUT_S`: a build's answer may take it."""
+
+
+def _wait_s(task: harbor_folder.HarborTask) -> float:
+    return max(task.build_timeout_s, SERVER_BUILD_TIMEOUT_S) + 60
+
+
+def _build_status(api: Api, name: str) -> str | None:
+    """`ready`, `building` or `failed`; None when the tenant has no such image."""
+    response = _request(api, "GET", f"/v1/images/builds/{name}")
+    if response.status_code == 404:
+        return None
+    if response.status_code >= 400:
+        _refused(response)
+    return str(response.json().get("status"))
+
+
+def _request(api: Api, method: str, path: str, **options: Any) -> httpx.Response:
+    try:
+        return api.client.request(method, path, **options)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach the service at {api.server} ({exc}): is it running (--server)?")
+
+
+def _error_details(response: httpx.Response) -> dict[str, Any]:
+    try:
+        details = response.json()["error"]["details"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return details if isinstance(details, dict) else {}
 
 
 def _follow(api: Api, experiment: dict[str, Any], *, quiet: bool) -> dict[str, Any] | None:

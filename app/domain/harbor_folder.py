@@ -3,8 +3,9 @@ is one Harbor task (`task.toml`, `instruction.md`, `environment/Dockerfile`, `te
 folder of them (a Harbor dataset).
 
 Each task is one row: its instruction is the prompt, its `environment/` is built into the
-tenant's images as `built/harbor-<task>-<12 hex>` (named by the packed folder's digest, so
-an unchanged folder names an image already built and is not sent again), and its
+tenant's images as `built/harbor-<16 hex>` (named by the packed folder's digest, so an
+unchanged folder names an image already built and is not sent again, and tasks with one
+environment share it), and its
 `tests/` become the row's verifier, run in the item's own sandbox after the agent (Harbor's
 `bash /tests/test.sh` writing /logs/verifier/reward.txt or reward.json). The experiment's
 scorer is `verifier`. Harbor's `solution/` is not read: the agent under test is the model.
@@ -31,9 +32,7 @@ ENVIRONMENT = "environment"
 TESTS = "tests"
 TEST_SCRIPT = "test.sh"
 IMAGE_PREFIX = "harbor-"
-NAME_CHARS = 64
-"""A build's name: ^[a-z0-9][a-z0-9_.-]{0,63}$ (`ImageBuildCreate.name`)."""
-HASH_CHARS = 12
+HASH_CHARS = 16
 DEFAULT_VERIFIER_TIMEOUT_S = 600
 DEFAULT_BUILD_TIMEOUT_S = 600.0
 """Harbor's own defaults (`VerifierConfig.timeout_sec`, `EnvironmentConfig.build_timeout_sec`)."""
@@ -57,11 +56,10 @@ class HarborTask:
 
     @property
     def image_name(self) -> str:
-        """`harbor-<slug of the task's name>-<12 hex of its environment>`, at most 64."""
-        room = NAME_CHARS - len(IMAGE_PREFIX) - 1 - HASH_CHARS
-        slug = re.sub(r"[^a-z0-9_.-]+", "-", self.name.lower())[:room].strip("-_.")
-        digest = hashlib.sha256(self.context).hexdigest()[:HASH_CHARS]
-        return f"{IMAGE_PREFIX}{slug or 'task'}-{digest}"
+        """`harbor-<16 hex of its environment>`: tasks with the same environment share one
+        image, and an edited one is a new name (the tenant's `SANDHIVE_TENANT_MAX_IMAGE_BUILDS`
+        counts names)."""
+        return f"{IMAGE_PREFIX}{hashlib.sha256(self.context).hexdigest()[:HASH_CHARS]}"
 
     def verifier_command(self) -> str:
         """Harbor's `bash /tests/test.sh`, with `[verifier].env` exported first."""
@@ -102,14 +100,14 @@ def read_task(path: Path) -> HarborTask:
     dockerfile = path / ENVIRONMENT / "Dockerfile"
     if not dockerfile.is_file():
         raise FolderError(f"{path}: no {ENVIRONMENT}/Dockerfile (Sandhive builds it)")
-    tests = _texts(path / TESTS)
+    tests = _texts(path / TESTS, path)
     if TEST_SCRIPT not in tests:
         raise FolderError(f"{path}: no {TESTS}/{TEST_SCRIPT} (the verifier)")
     return HarborTask(
         name=path.resolve().name,
         path=path,
-        instruction=_text(path / INSTRUCTION),
-        dockerfile=_text(dockerfile),
+        instruction=_text(path / INSTRUCTION, path),
+        dockerfile=_text(dockerfile, path),
         context=pack(path / ENVIRONMENT),
         tests=tests,
         verifier_timeout_s=_seconds(verifier, DEFAULT_VERIFIER_TIMEOUT_S, path),
@@ -121,7 +119,8 @@ def read_task(path: Path) -> HarborTask:
 
 
 def harbor_body(tasks: list[HarborTask], options: RunOptions) -> dict[str, Any]:
-    """The `POST /v1/experiments` body: a row per task, scored by its verifier."""
+    """The `POST /v1/experiments` body: a row per task (those chosen: the caller applies
+    `start_id`/`end_id`, so only their images are built), scored by its verifier."""
     rows = [
         {
             "id": task.name,
@@ -134,7 +133,7 @@ def harbor_body(tasks: list[HarborTask], options: RunOptions) -> dict[str, Any]:
             },
         }
         for task in tasks
-    ][options.start_id : options.end_id]
+    ]
     arms = []
     for mode in ("sandbox", "vanilla"):
         if options.mode not in (mode, "both"):
@@ -150,8 +149,13 @@ def harbor_body(tasks: list[HarborTask], options: RunOptions) -> dict[str, Any]:
         task: dict[str, Any] = {"llm": llm} if llm else {}
         if mode == "sandbox" and options.max_steps is not None:
             task["limits"] = {"max_steps": options.max_steps}
+        sandbox: dict[str, Any] = {}
         if options.writable_rootfs:
-            task["sandbox"] = {"read_only_rootfs": False}
+            sandbox["read_only_rootfs"] = False
+        if options.egress:  # a vanilla arm's verifier runs in a sandbox of the task too
+            sandbox["network"] = "egress"
+        if sandbox:
+            task["sandbox"] = sandbox
         arms.append({"name": mode, "mode": mode, "task": task})
     name = tasks[0].name if len(tasks) == 1 else tasks[0].path.resolve().parent.name
     return {
@@ -204,7 +208,8 @@ def _seconds(table: dict[str, Any], default: float, path: Path, *, key: str = "t
     return max(1, round(value))
 
 
-def _text(path: Path) -> str:
+def _text(path: Path, task: Path) -> str:
+    _inside(path, task)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -214,14 +219,22 @@ def _text(path: Path) -> str:
     return text
 
 
-def _texts(directory: Path) -> dict[str, str]:
+def _texts(directory: Path, task: Path) -> dict[str, str]:
     if not directory.is_dir():
         raise FolderError(f"{directory}: no such folder (the verifier's files)")
     files: dict[str, str] = {}
     for path in sorted(directory.rglob("*")):
+        _inside(path, task)
         if path.is_file():
             try:
                 files[path.relative_to(directory).as_posix()] = path.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 raise FolderError(f"{path}: the verifier's files must be UTF-8 text") from None
     return files
+
+
+def _inside(path: Path, task: Path) -> None:
+    """A file the task sends must be the task's: a link out of its folder (to a key, a
+    credential) is refused, not followed (a dataset is someone else's folder)."""
+    if not path.resolve().is_relative_to(task.resolve()):
+        raise FolderError(f"{path}: a link out of the task's folder; not sent")

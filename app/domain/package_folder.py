@@ -98,6 +98,8 @@ class RunOptions:
     name: str | None = None
     writable_rootfs: bool = False
     """Harbor tasks: the sandboxes' image files writable (`sandbox.read_only_rootfs: false`)."""
+    egress: bool = False
+    """Harbor tasks: outbound network (`sandbox.network: egress`), the verifier's too."""
 
 
 def read_source(path: Path | None, data: Path | None, *, vanilla: bool) -> TaskFolder:

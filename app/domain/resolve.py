@@ -397,6 +397,10 @@ def _resolve_verifier(
         except (binascii.Error, ValueError):
             problems.append(problem((*loc, "content_base64"), "not valid base64"))
         files.append((path, text))
+    for i, (path, _) in enumerate(files):
+        if any(other.startswith(path + "/") for other in seen):
+            msg = f"{path!r} is a file and a directory of other files at once"
+            problems.append(problem(("verifier", "files", i, "path"), msg))
     if total > settings.verifier_max_bytes:
         msg = f"larger than {settings.verifier_max_bytes} bytes in total once decoded"
         problems.append(problem(("verifier", "files"), msg, "too_large"))

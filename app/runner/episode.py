@@ -40,9 +40,9 @@ from app.specs import LLMSpec, TaskSpec, VerifierSpec
 from app.states import FinishReason, timeout_error
 
 ANSWER_FILE = "answer.txt"
-VERIFIER_GRACE_S = 30
-"""A verified sandbox lives this much past its verifier's timeout (the files in, the reward
-read out)."""
+VERIFIER_GRACE_S = 240
+"""A verified sandbox lives this much past its verifier's timeout: its other steps (the
+agent's processes stopped, the files in, the reward read out: a minute each at most)."""
 VERIFIED_ENDS = frozenset(
     {
         FinishReason.submitted,
@@ -71,6 +71,9 @@ class Episode:
     """Time the output collection still gets when the loop used up the task's wall clock."""
     verifier: VerifierSpec | None = None
     """Run in the sandbox once the agent has ended (`app.runner.verifier`)."""
+    pooled: bool = True
+    """False: never from (nor taught to) the warm pool (a tenant's own image, a verified
+    task's extra mounts: one tenant's shapes must not hold the pool's slots)."""
 
 
 @dataclass
@@ -216,6 +219,7 @@ class Runner:
             output_dir=prompt.output_dir,
             collect_grace_s=self.settings.artifact_collect_grace_s,
             verifier=spec.verifier,
+            pooled=box.built is None and spec.verifier is None,
         )
 
     async def run(
@@ -257,7 +261,8 @@ class Runner:
                 )
                 if spec.verifier is not None and _verifiable(result.outcome):
                     episode = self.episode(spec, problem, labels=labels)
-                    result.verification = await self.verify_reply(episode, result)
+                    checking = self.verify_reply(episode, result)
+                    result.verification = await _until_stopped(checking, result.outcome, stop)
                 return result
             episode = self.episode(spec, problem, labels=labels, inputs=inputs)
             return await self.play(
@@ -362,7 +367,8 @@ class Runner:
                     collected = await box.collect(episode.output_dir, self.collect_caps)
                 result.files, result.skipped = collected.files, collected.skipped
                 if episode.verifier is not None and _verifiable(record):
-                    result.verification = await self._verify(box, episode.verifier)
+                    checking = self._verify(box, episode.verifier)
+                    result.verification = await _until_stopped(checking, record, stop)
         except SandboxError as exc:
             record.finish_reason = FinishReason.sandbox_error
             record.error = exc.message
@@ -384,7 +390,7 @@ class Runner:
                 box = await self.docker.create_sandbox(episode.sandbox)
                 if files:
                     await box.put_files(episode.output_dir, files)
-                return await self._verify(box, episode.verifier)
+                return await self._verify(box, episode.verifier, after_agent=False)
         except (SandboxError, TimeoutError) as exc:
             message = exc.message if isinstance(exc, SandboxError) else "timed out"
             return verifier.unavailable(f"the verifier's sandbox failed: {message}")
@@ -392,14 +398,19 @@ class Runner:
             if box is not None:
                 await self._dispose(box)
 
-    async def _verify(self, box: DockerSandbox, spec: VerifierSpec) -> dict[str, Any]:
-        """The verifier's findings; a Docker failure is the service's, never a reward."""
+    async def _verify(
+        self, box: DockerSandbox, spec: VerifierSpec, *, after_agent: bool = True
+    ) -> dict[str, Any]:
+        """The verifier's findings; a failure of Docker (or of ours) is the service's,
+        never a reward. A cancel or a hand-back cuts it (`_until_stopped` around it)."""
+        caps = self.settings.verifier_output_bytes
         try:
-            return await verifier.verify(
-                box, spec, output_bytes=self.settings.verifier_output_bytes
-            )
+            return await verifier.verify(box, spec, output_bytes=caps, after_agent=after_agent)
         except SandboxError as exc:
             return verifier.unavailable(f"the verifier could not run: {exc.message}")
+        except Exception as exc:  # a bug of ours must not cost the task its outputs
+            log.exception("the verifier of sandbox %s failed", box.id)
+            return verifier.unavailable(f"the verifier could not run: {type(exc).__name__}")
 
     async def _start(self, episode: Episode, deadline: _Deadline) -> DockerSandbox:
         """The episode's sandbox, within what is left of the task's wall clock."""
@@ -450,7 +461,9 @@ class Runner:
     async def _sandbox(self, episode: Episode) -> DockerSandbox:
         """A sandbox of the episode's shape with its inputs in place: warm if the pool has one."""
         asked = time.monotonic()
-        box = self.pool.claim(episode.sandbox) if self.pool is not None else None
+        box = None
+        if self.pool is not None and episode.pooled:
+            box = self.pool.claim(episode.sandbox)
         warm = box is not None
         box = box or await self.docker.create_sandbox(episode.sandbox)
         try:

@@ -38,7 +38,7 @@ from app.schemas.experiments import (
     ResultsOut,
 )
 from app.scoring.registry import scorer_for
-from app.scoring.types import Score, Scorer, ScorerError, is_deferred, score_answer
+from app.scoring.types import Score, Scorer, ScorerError, from_task, is_deferred, score_answer
 from app.states import TaskStatus, status_for
 
 PLACEHOLDER = "(each row's problem_statement)"
@@ -107,6 +107,8 @@ def plan(settings: Settings, data: Mapping[str, Any]) -> tuple[LocalRun, Scorer]
     what is wrong), with its items in the service's start order: attempt, row, arm."""
     body = ExperimentCreate.model_validate(data)
     scorer = scorer_for(body.scorer)
+    if from_task(scorer):  # its rows' images and verifiers are the service's to run
+        raise ValueError("scorer 'verifier' runs on a service, not with --local")
     for arm in body.arms:  # each arm's options resolve as a task submission would
         resolve_spec(parse_submission(_submission(arm.model_dump(), PLACEHOLDER, {})), settings)
     items = [

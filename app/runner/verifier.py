@@ -8,10 +8,12 @@ the reward is /logs/verifier/reward.json (numbers by name) if present, else rewa
 anything the agent left in /tests or /logs/verifier, are removed before the files go in.
 
 What it can and cannot vouch for: the script judges the state the agent left, and the
-agent was root in that sandbox. It could have replaced the tools the script calls
-(`python3`, `pytest`) or left a process running that writes a reward file while the script
-runs; Harbor's verifier trusts the environment the same way. A reward file written
-before the verifier starts is always removed.
+agent was root in that sandbox. Before the script runs, every process of the sandbox is
+killed (none is left to write a reward meanwhile), /tests and /logs/verifier are emptied
+(a planted file or link removed, never followed), and the script runs by `docker exec` as
+root with a fixed PATH and HOME and no Python user site. On an image whose own files are
+writable (`read_only_rootfs: false`) the agent could still have replaced the programs the
+script calls; Harbor's verifier trusts the environment the same way.
 """
 
 from __future__ import annotations
@@ -30,19 +32,50 @@ TESTS_DIR = "/tests"
 VERIFIER_DIR = "/logs/verifier"
 SCRATCH = (TESTS_DIR, "/logs")
 """The directories a verified task's sandbox gets writable (tmpfs), whatever its rootfs."""
+ROOT = "0"
+STOP_EVERYTHING = """
+import os, signal
+parents = {}
+for name in os.listdir("/proc"):
+    if name.isdigit():
+        try:
+            stat = open("/proc/%s/stat" % name).read()
+            parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+main = min((pid for pid, parent in parents.items() if parent == 1), default=None)
+for pid in parents:
+    if pid not in (1, main, os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+"""Run by `docker exec` as root: SIGKILL to every process of the sandbox but its init, the
+main command (init's oldest child, whose end would end the container) and itself."""
 PREPARE = (
-    f"find {TESTS_DIR} {VERIFIER_DIR} -mindepth 1 -delete 2>/dev/null;"
-    f" mkdir -p {TESTS_DIR} {VERIFIER_DIR} /logs/agent"
+    f"rm -rf {VERIFIER_DIR} && find {TESTS_DIR} -mindepth 1 -delete"
+    f" && mkdir -p {VERIFIER_DIR} /logs/agent"
     f" && tar -x --no-same-owner -f - -C {TESTS_DIR}"
     f" && find {TESTS_DIR} -name '*.sh' -exec chmod +x {{}} +"
 )
+"""A link planted where the reward goes is removed itself (`rm -rf`), never followed."""
 READ_REWARD = (
-    f"if [ -s {VERIFIER_DIR}/reward.json ]; then echo json; cat {VERIFIER_DIR}/reward.json;"
-    f" elif [ -e {VERIFIER_DIR}/reward.json ]; then echo empty;"
-    f" elif [ -s {VERIFIER_DIR}/reward.txt ]; then echo txt; cat {VERIFIER_DIR}/reward.txt;"
-    f" elif [ -e {VERIFIER_DIR}/reward.txt ]; then echo empty; else echo none; fi"
+    f"cd {VERIFIER_DIR} || exit 3; for f in reward.json reward.txt; do"
+    ' if [ -h "$f" ]; then echo "link $f"; exit 0; fi;'
+    ' if [ -f "$f" ]; then'
+    '   if [ -s "$f" ]; then echo "${f#reward.}"; head -c 65536 "$f"; else echo empty; fi;'
+    "   exit 0;"
+    " fi; done; echo none"
 )
-REWARD_MAX_BYTES = 64 * 1024
+CLEAN_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": f"{TESTS_DIR}/.home",
+    "PYTHONNOUSERSITE": "1",
+}
+"""The command's environment over the sandbox's: nothing the agent left in /root (a
+Python user site, a shell profile) or on its PATH reaches it."""
+STEP_TIMEOUT_S = 60.0
 
 
 class Execs(Protocol):
@@ -53,8 +86,11 @@ class Execs(Protocol):
         argv: list[str],
         *,
         workdir: str | None = None,
+        env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         timeout_s: float | None = None,
+        user: str | None = None,
+        direct: bool = False,
     ) -> Any: ...
 
 
@@ -67,18 +103,40 @@ class Found:
     error: str | None = None
 
 
-async def verify(box: Execs, spec: VerifierSpec, *, output_bytes: int) -> dict[str, Any]:
+async def verify(
+    box: Execs, spec: VerifierSpec, *, output_bytes: int, after_agent: bool = True
+) -> dict[str, Any]:
     """Run the verifier in `box`; `VerificationOut`'s JSON. Raises SandboxError (Docker
-    failed: the caller records an infrastructure failure), never for the script's own."""
+    failed: the caller records an infrastructure failure), never for the script's own.
+
+    Every step runs by `docker exec` as root, past the exec channel and whatever user the
+    image names. `after_agent`: the agent's processes are killed first, so none is left to
+    write a reward while the script runs."""
     started = time.monotonic()
+
+    async def step(argv: list[str], **options: Any) -> Any:
+        return await box.exec(argv, workdir="/", user=ROOT, direct=True, **options)
+
+    if after_agent:
+        stopped = await step(["python3", "-c", STOP_EVERYTHING], timeout_s=STEP_TIMEOUT_S)
+        if stopped.timed_out or stopped.exit_code != 0:  # its processes fill the sandbox
+            why = stopped.stderr.decode(errors="replace")[-500:]
+            return _result(started, error=f"the agent's processes could not be stopped: {why}")
     files = [(path, base64.b64decode(content)) for path, content in spec.files]
-    prepared = await box.exec(
-        ["sh", "-c", PREPARE], workdir="/", stdin=build_tar(files), timeout_s=120
-    )
+    prepared = await step(["sh", "-c", PREPARE], stdin=build_tar(files), timeout_s=STEP_TIMEOUT_S)
+    if prepared.timed_out:
+        return unavailable("putting the verifier's files in /tests timed out")
     if prepared.exit_code != 0:
         detail = prepared.stderr.decode(errors="replace")[-2000:]
         return _result(started, error=f"the verifier's files could not be put in /tests: {detail}")
-    ran = await box.exec(["bash", "-c", spec.command], workdir=TESTS_DIR, timeout_s=spec.timeout_s)
+    ran = await box.exec(
+        ["bash", "-c", spec.command],
+        workdir=TESTS_DIR,
+        env=CLEAN_ENV,
+        timeout_s=spec.timeout_s,
+        user=ROOT,
+        direct=True,
+    )
     out = {
         "exit_code": ran.exit_code,
         "stdout": _tail(ran.stdout, output_bytes),
@@ -86,8 +144,10 @@ async def verify(box: Execs, spec: VerifierSpec, *, output_bytes: int) -> dict[s
     }
     if ran.timed_out:
         return _result(started, error=f"the verifier ran past {spec.timeout_s} s", **out)
-    read = await box.exec(["sh", "-c", READ_REWARD], workdir="/", timeout_s=60)
-    found = parse_reward(read.stdout[:REWARD_MAX_BYTES].decode(errors="replace"))
+    read = await step(["sh", "-c", READ_REWARD], timeout_s=STEP_TIMEOUT_S)
+    if read.timed_out or read.exit_code != 0:
+        return unavailable("the verifier's reward could not be read")
+    found = parse_reward(read.stdout.decode(errors="replace"))
     return _result(started, reward=found.reward, rewards=found.rewards, error=found.error, **out)
 
 
@@ -98,6 +158,8 @@ def parse_reward(report: str) -> Found:
     kind, _, body = report.partition("\n")
     if kind == "none":
         return Found(None, {}, f"no reward file: {VERIFIER_DIR}/reward.txt or reward.json")
+    if kind.startswith("link "):
+        return Found(None, {}, f"the reward file {kind[5:]} is a symbolic link: not read")
     if kind == "empty":
         return Found(None, {}, "the reward file is empty")
     if kind == "txt":
@@ -108,7 +170,7 @@ def parse_reward(report: str) -> Found:
 def _from_text(body: str) -> Found:
     try:
         value = float(body)
-    except ValueError:
+    except (ValueError, OverflowError):
         return Found(None, {}, f"reward.txt is not a number: {body.strip()[:200]!r}")
     if not math.isfinite(value):
         return Found(None, {}, f"reward.txt is not finite: {value}")
@@ -122,12 +184,16 @@ def _from_json(body: str) -> Found:
         return Found(None, {}, f"reward.json is not JSON: {body.strip()[:200]!r}")
     if not isinstance(loaded, dict) or not loaded:
         return Found(None, {}, "reward.json must be an object of rewards by name")
+    rewards: dict[str, float] = {}
     for name, value in loaded.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return Found(None, {}, f"reward.json's {name!r} is not a number: {value!r:.80}")
-        if not math.isfinite(value):
+            return Found(None, {}, f"reward.json's {name!r} is not a number: {str(value)[:80]}")
+        try:
+            rewards[str(name)] = float(value)
+        except OverflowError:
+            return Found(None, {}, f"reward.json's {name!r} is too large: {str(value)[:80]}")
+        if not math.isfinite(rewards[str(name)]):
             return Found(None, {}, f"reward.json's {name!r} is not finite: {value}")
-    rewards = {str(name): float(value) for name, value in loaded.items()}
     if "reward" in rewards:
         return Found(rewards["reward"], rewards)
     if len(rewards) == 1:

@@ -319,12 +319,15 @@ class DockerSandbox:
         on_output: OutputCallback | None = None,
         linger_s: float | None = None,
         user: str | None = None,
+        direct: bool = False,
     ) -> ExecResult:
         """Run argv to completion (or timeout_s), stdout and stderr kept apart; as `user`
-        of the image (name or uid) when given, else as the container's user (root)."""
+        of the image (name or uid) when given, else as the container's user (root).
+        `direct`: by `docker exec`, never through the exec channel (whose process the
+        sandbox's own commands can reach)."""
         if not argv:
             raise ValueError("argv must not be empty")
-        channel = await self._live_channel()
+        channel = None if direct else await self._live_channel()
         if channel is not None:
             with suppress(ChannelClosed):  # closed just now: nothing ran, use `docker exec`
                 return await channel.exec(

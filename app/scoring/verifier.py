@@ -3,9 +3,11 @@
 Unlike every other scorer it reads no answer: the reward was found in the item's own
 sandbox once its agent ended (`app.runner.verifier`) and stored on the task as its
 `verification`; this turns that into the item's score, or into why there is none. A
-reward the service could not produce (the sandbox failed) is an infrastructure failure,
-never a 0; a script that wrote no usable reward is the scorer's error, as Harbor makes it
-a trial's error.
+reward the service could not produce (Docker failed) is an infrastructure failure, never
+a 0. A script that wrote no usable reward scores 0, its reason in `detail.message`: it ran
+in the sandbox the agent left, so the agent may have caused it (filled the sandbox, broke
+what the script needs), and an error left out of the mean would let an agent dodge its 0
+that way. A reward outside [0, 1] is the task's own scale, a `scorer` error.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def verdict(verification: Mapping[str, Any] | None) -> Score:
     if verification.get("infrastructure"):
         raise ScoringFailed(str(verification.get("error") or "the verifier could not run"), detail)
     reward = verification.get("reward")
-    if reward is None:
-        raise ScorerError(f"verifier: {verification.get('error') or 'no reward'}", detail)
+    if reward is None:  # in the agent's own sandbox: the agent may have caused it
+        why = str(verification.get("error") or "no reward")
+        return Score(0.0, {**detail, "message": f"verifier: {why}; scored 0"})
     if not 0.0 <= float(reward) <= 1.0:
         raise ScorerError(f"verifier: reward {reward} is outside [0, 1]", detail)
     return Score(float(reward), detail)

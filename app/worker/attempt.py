@@ -71,8 +71,11 @@ async def _run_started(
     outcome = Outcome(FinishReason.max_steps)  # the one record of steps and usage
     expiring = asyncio.create_task(_announce_expiry(ctx, started))
     try:
-        await _own_image(started, builder)
-        result = await _run(ctx, started, sink, running, outcome)
+        if await _own_image(started, builder, running.stop):
+            result = await _run(ctx, started, sink, running, outcome)
+        else:  # stopped while its image was built: as a cancel of the loop would end
+            outcome.finish_reason, outcome.error = FinishReason.cancelled, "cancelled"
+            result = EpisodeResult(outcome)
     except StaleAttempt:
         raise
     except Exception as exc:  # the attempt must end in a terminal state whatever happened
@@ -106,16 +109,29 @@ async def _run_started(
     return End.done
 
 
-async def _own_image(started: StartedAttempt, builder: Builder | None) -> None:
+async def _own_image(started: StartedAttempt, builder: Builder | None, stop: asyncio.Event) -> bool:
     """A tenant's own image is built here first when this worker lacks it (SandboxError when
-    it cannot be: the task then fails `sandbox_error`, retried by an experiment)."""
+    it cannot be: the task then fails `sandbox_error`, retried by an experiment); False when
+    a cancel or a hand-back came first (the build is dropped: the next asker builds it)."""
     spec = started.spec
     built = spec.sandbox.built
     if built is None or (spec.mode == "vanilla" and spec.verifier is None):
-        return
+        return True
     if builder is None:
         raise SandboxError(f"image built/{built.name} cannot be built by this worker")
-    await builder.ensure(started.tenant, built.model_dump(), spec.sandbox.image)
+    building = asyncio.ensure_future(
+        builder.ensure(started.tenant, built.model_dump(), spec.sandbox.image)
+    )
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([building, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (building, stopped):
+            pending.cancel()
+    if building.done() and not building.cancelled():
+        building.result()  # raises what the build raised
+        return True
+    return False
 
 
 async def _run(

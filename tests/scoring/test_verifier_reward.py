@@ -25,6 +25,8 @@ from app.scoring.verifier import VerifierScorer, verdict
         ("json\nnope", None, {}, "not JSON"),
         ("txt\nyes", None, {}, "not a number"),
         ("txt\ninf", None, {}, "not finite"),
+        ('json\n{"reward": 1' + "0" * 400 + "}", None, {}, "too large"),
+        ("link reward.json\n", None, {}, "symbolic link"),
         ("empty\n", None, {}, "empty"),
         ("none\n", None, {}, "no reward file"),
     ],
@@ -43,9 +45,9 @@ def test_a_verification_becomes_a_score_or_says_why_not() -> None:
     with pytest.raises(ScorerError, match="outside") as outside:
         verdict({**ran, "reward": 3.0})
     assert outside.value.kind == "scorer"
-    with pytest.raises(ScorerError, match="no reward file") as missing:
-        verdict({**ran, "reward": None, "error": "no reward file: ..."})
-    assert missing.value.kind == "scorer"
+    missing = verdict({**ran, "reward": None, "error": "no reward file: ..."})
+    assert missing.value == 0.0, "in the agent's own sandbox: the agent's 0"
+    assert "no reward file" in missing.detail["message"]
     with pytest.raises(ScoringFailed, match="sandbox failed") as lost:
         verdict({"reward": None, "error": "the verifier's sandbox failed", "infrastructure": True})
     assert lost.value.kind == "infrastructure", "the service's failure is never a 0"

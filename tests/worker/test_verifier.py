@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
@@ -71,10 +72,23 @@ async def test_the_verifier_judges_what_the_agent_left_and_its_reward_is_the_tas
 ) -> None:
     right = agent(scripted_llm, "ls -A /tests /logs/verifier", "echo 42 > output/answer.txt")
     wrong = agent(scripted_llm, "echo 41 > output/answer.txt")
-    # An agent that plants a reward where the verifier writes its own: removed first.
+    # Agents that plant a reward where the verifier writes its own: a file, a link to one
+    # (never followed), a process that keeps writing one (killed first).
     planter = agent(
         scripted_llm,
         "mkdir -p /logs/verifier && echo '{\"reward\": 1}' > /logs/verifier/reward.json",
+        "echo 41 > output/answer.txt",
+    )
+    linker = agent(
+        scripted_llm,
+        "mkdir -p /tmp/f && echo '{\"reward\": 1}' > /tmp/f/reward.json"
+        " && rm -rf /logs/verifier && ln -s /tmp/f /logs/verifier",
+        "echo 41 > output/answer.txt",
+    )
+    writer = agent(
+        scripted_llm,
+        "nohup sh -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.json;"
+        " sleep 0.01; done' > /dev/null 2>&1 &",
         "echo 41 > output/answer.txt",
     )
     silent = agent(scripted_llm, "echo 42 > output/answer.txt")
@@ -85,6 +99,12 @@ async def test_the_verifier_judges_what_the_agent_left_and_its_reward_is_the_tas
             "wrong": await submitted(client, prompt="p", llm={"model": wrong}, verifier=verifier()),
             "planter": await submitted(
                 client, prompt="p", llm={"model": planter}, verifier=verifier()
+            ),
+            "linker": await submitted(
+                client, prompt="p", llm={"model": linker}, verifier=verifier()
+            ),
+            "writer": await submitted(
+                client, prompt="p", llm={"model": writer}, verifier=verifier()
             ),
             "silent": await submitted(
                 client,
@@ -110,7 +130,8 @@ async def test_the_verifier_judges_what_the_agent_left_and_its_reward_is_the_tas
     assert "test.sh" not in listing, "the agent never sees the verifier's files"
 
     assert tasks["wrong"]["verification"]["reward"] == 0.0
-    assert tasks["planter"]["verification"]["reward"] == 0.0, "a planted reward is removed"
+    for planted in ("planter", "linker", "writer"):
+        assert tasks[planted]["verification"]["reward"] == 0.0, (planted, tasks[planted])
     silent_found = tasks["silent"]["verification"]
     assert silent_found["reward"] is None
     assert "no reward file" in silent_found["error"]
@@ -172,13 +193,17 @@ async def test_an_experiment_scores_each_item_by_its_verifier_and_never_a_failur
     assert (items["passes"]["status"], items["passes"]["score"]) == ("scored", 1.0)
     assert (items["fails"]["status"], items["fails"]["score"]) == ("scored", 0.0)
     assert items["passes"]["answer"] == "42\n"
+    # No reward, in the sandbox the agent left: the agent's 0 (it may have broken the
+    # script's world), never an error left out of the mean.
     nothing = items["writes-nothing"]
-    assert (nothing["status"], nothing["error_kind"], nothing["score"]) == ("error", "scorer", None)
+    assert (nothing["status"], nothing["error_kind"], nothing["score"]) == ("scored", None, 0.0)
     assert "no reward file" in nothing["detail"]["message"]
     assert nothing["detail"]["exit_code"] == 3
-    assert "outside [0, 1]" in items["too-big"]["detail"]["message"]
+    too_big = items["too-big"]
+    assert (too_big["status"], too_big["error_kind"]) == ("error", "scorer")
+    assert "outside [0, 1]" in too_big["detail"]["message"]
     results = (await client.get(f"{url}/results")).json()
-    assert (results["arms"][0]["n"], results["arms"][0]["mean"]) == (2, 0.5)
+    assert (results["arms"][0]["n"], results["arms"][0]["mean"]) == (3, pytest.approx(1 / 3))
 
     regrade = await client.post(f"{url}/regrade", json={"scorer": {"kind": "verifier"}})
     assert regrade.status_code == 422, regrade.text
@@ -207,3 +232,27 @@ async def test_an_experiments_rows_are_checked_for_their_verifier_and_image(
     assert "needs the row's verifier" in details[("dataset", "rows", 0)]
     assert "not available" in details[("dataset", "rows", 1, "sandbox", "image")]
     assert "at most" in details[("dataset", "rows", 2, "verifier", "timeout_s")]
+
+
+async def test_a_cancel_cuts_the_verifier_short(
+    fast: Settings, client: httpx.AsyncClient, scripted_llm: ScriptedLLMServer
+) -> None:
+    """A cancel while the verifier runs ends the task `cancelled` at once, with no
+    verification, as a cancel of the agent does."""
+    model = agent(scripted_llm, "echo 42 > output/answer.txt")
+    slow = verifier("sleep 60; echo 1 > /logs/verifier/reward.txt")
+    async with running_worker(fast):
+        task_id = await submitted(client, prompt="p", llm={"model": model}, verifier=slow)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the agent has submitted: the verifier runs
+            steps = (await client.get(f"/v1/tasks/{task_id}/trajectory")).json()["steps"]
+            if len(steps) == 2:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        asked = time.monotonic()
+        assert (await client.post(f"/v1/tasks/{task_id}/cancel")).status_code == 202
+        task = await finished(client, task_id, timeout_s=30)
+        took = time.monotonic() - asked
+    assert (task["status"], task["verification"]) == ("cancelled", None), task
+    assert took < 20, f"the cancel waited {took:.0f} s for the verifier"

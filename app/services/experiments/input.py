@@ -33,6 +33,9 @@ from app.scoring.types import Scorer
 from app.services.experiments.scoring import scorer_problems
 
 PLACEHOLDER_PROMPT = "(each row's problem_statement)"
+RowContext = tuple[str | None, Mapping[str, OwnImage], Sequence[Mapping[str, Any]]]
+"""What a row's own `image` and `verifier` are checked with: the tenant, its own images and
+the experiment's arms (as stored)."""
 SET_PER_ROW = ("prompt", "input_files", "mode")
 MAX_ROW_ID_CHARS = 200
 
@@ -60,7 +63,7 @@ def check_experiment(
     scorer = _scorer(body.scorer, settings, problems)
     arms = [_check_arm(i, arm, settings, problems, tenant, own) for i, arm in enumerate(body.arms)]
     _unique_arm_names(body.arms, problems)
-    rows = _check_rows(body.dataset.rows, scorer, settings, problems, (tenant, own or {}))
+    rows = _check_rows(body.dataset.rows, scorer, settings, problems, (tenant, own or {}, arms))
     rows = _slice(rows, body.start_id, body.end_id, problems)
     _check_prompt_fields(body, settings, problems)
     if problems:
@@ -222,7 +225,7 @@ def _check_rows(
     scorer: Scorer | None,
     settings: Settings,
     problems: list[Problem],
-    images: tuple[str | None, Mapping[str, OwnImage]],
+    images: RowContext,
 ) -> list[dict[str, Any]]:
     first_at: dict[str, int] = {}
     checked = []
@@ -318,24 +321,48 @@ def _check_row_inputs(
     row: Mapping[str, Any],
     settings: Settings,
     problems: list[Problem],
-    images: tuple[str | None, Mapping[str, OwnImage]],
+    context: RowContext,
 ) -> None:
     """The row's prompt and files within a task's limits (which no arm option changes),
-    and its own image and verifier, when it has them, as a task would take them."""
+    and its own image and verifier, when it has them, as each arm's task would take them
+    (an arm's resources within the row image's maxima, say)."""
     loc = ("dataset", "rows", i)
     bare = {"name": "", "mode": "sandbox", "task": {}}
     try:
-        body = arm_submission(bare, row["problem_statement"], row["input_files"], {}, row)
-        check_inputs(body, settings)
-        if "image" in row or "verifier" in row:
-            tenant, own = images
-            resolve_spec(body, settings, tenant=tenant, own=own)
+        check_inputs(
+            arm_submission(bare, row["problem_statement"], row["input_files"], {}, row), settings
+        )
     except ValidationError as exc:
         for e in exc.errors():
             msg = f"row {row['id']!r}: {e['msg'].removeprefix('Value error, ')}"
             problems.append(problem((*loc, *e["loc"]), msg, e["type"]))
+        return
     except (InvalidInput, TooLarge) as exc:
         problems.extend(_relocated(exc, loc, f"row {row['id']!r}: "))
+        return
+    if "image" in row or "verifier" in row:
+        problems.extend(_row_task_problems(loc, row, settings, context))
+
+
+def _row_task_problems(
+    loc: tuple[str | int, ...], row: Mapping[str, Any], settings: Settings, context: RowContext
+) -> list[Problem]:
+    """What the row's `image` and `verifier` make wrong in each arm's task (the arm's own
+    problems are the arm's, reported once)."""
+    tenant, own, arms = context
+    found: dict[tuple[str, str], Problem] = {}
+    for arm in arms:
+        try:
+            body = arm_submission(arm, row["problem_statement"], {}, {}, row)
+            resolve_spec(body, settings, tenant=tenant, own=own)
+        except ValidationError:
+            continue  # the arm's own options: reported at the arm
+        except InvalidInput as exc:
+            for item in _relocated(exc, loc, f"row {row['id']!r}: "):
+                part = item["loc"][len(loc) + 1 : len(loc) + 2]
+                if part in (["sandbox"], ["verifier"]):
+                    found.setdefault((str(item["loc"]), str(item["msg"])), item)
+    return list(found.values())
 
 
 def _relocated(

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import load_only
 
 from app.config import Settings
 from app.db import models
@@ -24,10 +25,24 @@ def names_one(image: str) -> bool:
 
 
 async def ready_rows(session: AsyncSession, tenant: str) -> list[models.ImageBuildRow]:
+    """The tenant's ready builds, without their contexts and logs (megabytes each)."""
+    row = models.ImageBuildRow
     found = await session.scalars(
-        select(models.ImageBuildRow)
-        .where(models.ImageBuildRow.tenant_id == tenant)
-        .where(models.ImageBuildRow.status == "ready")
+        select(row)
+        .options(
+            load_only(
+                row.tenant_id,
+                row.name,
+                row.status,
+                row.base,
+                row.digest,
+                row.reference,
+                row.description,
+                row.worker,
+            )
+        )
+        .where(row.tenant_id == tenant)
+        .where(row.status == "ready")
     )
     return list(found)
 

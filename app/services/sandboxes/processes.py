@@ -1,0 +1,242 @@
+"""Processes and file operations of a sandbox addressed as E2B's envd addresses them: by a pid
+that outlives the request that started it, and by path with a file's full information.
+
+A command started this way (`start`) runs as any command of the sandbox (its audit log,
+its limits) with one more variable, `SANDHIVE_E2B_PID`, numbered per sandbox in Redis;
+every process it starts inherits it, so a signal (`signal`) reaches the command's whole
+tree from any API process, and `listing` finds what still runs. The file operations
+(`fs`) run a small Python program in the sandbox that answers one JSON line (every
+sandbox image has Python: its command channel is Python). Nothing here keeps state in the
+API process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from redis.asyncio import Redis
+
+from app.bus import keys
+from app.config import Settings
+from app.db.engine import Sessions
+from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound, SandboxError
+from app.schemas.sandboxes import ExecRequest
+from app.services.sandboxes import commands
+
+PID_ENV = "SANDHIVE_E2B_PID"
+PID_TTL_S = 7 * 24 * 3600
+"""How long a sandbox's pid counter is kept after its last command (longer than any life)."""
+OP_TIMEOUT_S = 60.0
+
+SIGNAL_SCRIPT = f"""
+tag="{PID_ENV}=$1"; found=1
+for dir in /proc/[0-9]*; do
+  pid=${{dir#/proc/}}
+  [ "$pid" = "$$" ] && continue
+  if tr '\\0' '\\n' < "$dir/environ" 2>/dev/null | grep -qx "$tag"; then
+    kill -s "$2" "$pid" 2>/dev/null && found=0
+  fi
+done
+exit $found
+"""
+"""`sh -c SIGNAL_SCRIPT sh PID SIGNAL`: exit 1 when no process of that pid was found."""
+
+FS_PROGRAM = r"""
+import grp, json, os, pwd, shutil, stat, sys
+
+def owner(table, key):
+    try:
+        return table(key)[0]
+    except KeyError:
+        return str(key)
+
+def info(path):
+    st = os.lstat(path)
+    link = stat.S_ISLNK(st.st_mode)
+    target = None
+    if link:
+        target = os.path.realpath(path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            pass
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return {"name": os.path.basename(path.rstrip("/")) or path, "path": path, "type": kind,
+            "size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
+            "permissions": stat.filemode(st.st_mode), "owner": owner(pwd.getpwuid, st.st_uid),
+            "group": owner(grp.getgrgid, st.st_gid), "mtime": st.st_mtime,
+            "symlink_target": target, "is_symlink": link}
+
+def walk(path, depth):
+    found = []
+    for name in sorted(os.listdir(path)):
+        child = os.path.join(path, name)
+        found.append(info(child))
+        if depth > 1 and os.path.isdir(child) and not os.path.islink(child):
+            found.extend(walk(child, depth - 1))
+    return found
+
+op, args = sys.argv[1], sys.argv[2:]
+try:
+    path = os.path.abspath(args[0])
+    if op == "stat":
+        out = info(path)
+    elif op == "list":
+        if not os.path.isdir(path):
+            raise NotADirectoryError(path)
+        out = walk(path, int(args[1]))
+    elif op == "mkdir":
+        if os.path.lexists(path):
+            raise FileExistsError(path)
+        os.makedirs(path)
+        out = info(path)
+    elif op == "remove":
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+        out = {}
+    elif op == "move":
+        destination = os.path.abspath(args[1])
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        os.rename(path, destination)
+        out = info(destination)
+    else:
+        raise ValueError(op)
+    print(json.dumps({"ok": out}))
+except FileNotFoundError as e:
+    print(json.dumps({"missing": str(e)}))
+except FileExistsError as e:
+    print(json.dumps({"exists": str(e)}))
+except NotADirectoryError as e:
+    print(json.dumps({"invalid": "not a directory: %s" % e}))
+except PermissionError as e:
+    print(json.dumps({"forbidden": str(e)}))
+except OSError as e:
+    print(json.dumps({"invalid": str(e)}))
+"""
+
+
+LIST_PROGRAM = f"""
+import json, os
+found = {{}}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
+        argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\\0")[:-1]
+        cwd = os.readlink("/proc/%s/cwd" % pid)
+    except OSError:
+        continue
+    tags = [e.split(b"=", 1)[1] for e in env if e.startswith(b"{PID_ENV}=")]
+    if tags and int(pid) < found.get(tags[0], [1 << 62])[0]:
+        found[tags[0]] = [int(pid), [a.decode("utf-8", "replace") for a in argv], cwd]
+print(json.dumps([[int(tag), argv, cwd] for tag, (_, argv, cwd) in found.items()]))
+"""
+"""Every pid's first process (its oldest) still running: `[[pid, argv, cwd], ...]`."""
+
+
+class Exists(Conflict):
+    """The path exists already (a directory to make)."""
+
+
+async def new_pid(redis: Redis, sandbox_id: str) -> int:
+    key = f"{keys.PREFIX}:e2b:{sandbox_id}:pids"
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.incr(key)
+        pipe.expire(key, PID_TTL_S)
+        pid, _ = await pipe.execute()
+    return int(pid)
+
+
+async def start(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    tenant: str,
+    key_id: str | None,
+    sandbox_id: str,
+    body: ExecRequest,
+) -> tuple[int, AsyncGenerator[tuple[str, dict[str, Any] | None], None]]:
+    """Run `body` as a process with a pid; (its pid, its events as `commands.stream` gives
+    them)."""
+    pid = await new_pid(redis, sandbox_id)
+    tagged = body.model_copy(update={"env": {**body.env, PID_ENV: str(pid)}})
+    events = await commands.stream(sessions, redis, settings, tenant, key_id, sandbox_id, tagged)
+    return pid, events
+
+
+async def signal(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    tenant: str,
+    key_id: str | None,
+    sandbox_id: str,
+    pid: int,
+    name: str,
+) -> None:
+    """Send signal `name` (`KILL`, `TERM`) to every process of `pid`; NotFound if none runs."""
+    body = ExecRequest(
+        argv=["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), name], timeout_s=OP_TIMEOUT_S
+    )
+    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
+    if done.exit_code != 0:
+        raise NotFound(f"process with pid {pid} not found")
+
+
+async def listing(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    tenant: str,
+    key_id: str | None,
+    sandbox_id: str,
+) -> list[tuple[int, list[str], str]]:
+    """The processes started by `start` that still run: (pid, argv, cwd) each."""
+    body = ExecRequest(argv=["python3", "-c", LIST_PROGRAM], timeout_s=OP_TIMEOUT_S)
+    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise SandboxError(f"listing the processes failed: {done.stderr.strip()[-500:]}") from None
+    return [(int(pid), list(argv), str(cwd)) for pid, argv, cwd in found]
+
+
+async def fs(
+    sessions: Sessions,
+    redis: Redis,
+    settings: Settings,
+    tenant: str,
+    key_id: str | None,
+    sandbox_id: str,
+    op: str,
+    *args: str,
+    user: str | None = None,
+) -> Any:
+    """One file operation (`stat`, `list` PATH DEPTH, `mkdir`, `remove`, `move` SRC DST)
+    in the sandbox: its result, or NotFound, Exists, Forbidden, InvalidInput."""
+    body = ExecRequest(
+        argv=["python3", "-c", FS_PROGRAM, op, *args], user=user, timeout_s=OP_TIMEOUT_S
+    )
+    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise SandboxError(f"the file operation failed: {done.stderr.strip()[-500:]}")
+    kind, value = next(iter(answer.items()))
+    errors: dict[str, type[AppError]] = {
+        "missing": NotFound,
+        "exists": Exists,
+        "forbidden": Forbidden,
+        "invalid": InvalidInput,
+    }
+    if kind in errors:
+        raise errors[kind](str(value))
+    return value
