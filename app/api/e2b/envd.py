@@ -65,12 +65,10 @@ SIGNALS = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
 
 @dataclass(frozen=True)
 class Target:
-    """Who asks, for which of its sandboxes."""
+    """Who asks, for which of its sandboxes, as which of the sandbox's users."""
 
     res: Resources
-    tenant: str
-    sandbox_id: str
-    key_id: str | None
+    caller: processes.Caller
     user: str | None
 
 
@@ -81,7 +79,10 @@ async def target(conn: HTTPConnection) -> Target:
     sandbox_id = conn.headers.get(SANDBOX_HEADER, "").strip()
     if not sandbox_id:
         raise InvalidInput(f"missing the {SANDBOX_HEADER} header")
-    return Target(res, tenant, sandbox_id, key_id(conn), _user(conn))
+    caller = processes.Caller(
+        res.sessions, res.redis, res.settings, tenant, key_id(conn), sandbox_id
+    )
+    return Target(res, caller, _user(conn))
 
 
 def _user(conn: HTTPConnection) -> str | None:
@@ -126,17 +127,9 @@ class ProcessService:
         timeout_ms = ctx.timeout_ms
         async with _rpc() as call:
             body = _exec(config, call.user, timeout_ms)
-            slot = await take_slot(call.res, call.tenant)
+            slot = await take_slot(call.res, call.caller.tenant)
             async with slot.held():
-                pid, events = await processes.start(
-                    call.res.sessions,
-                    call.res.redis,
-                    call.res.settings,
-                    call.tenant,
-                    call.key_id,
-                    call.sandbox_id,
-                    body,
-                )
+                pid, events = await processes.start(call.caller, body)
                 async with contextlib.aclosing(events):
                     yield _event("start", pb.ProcessEvent.StartEvent(pid=pid))
                     async for name, data in events:
@@ -152,30 +145,14 @@ class ProcessService:
         if name is None:
             raise ConnectError(Code.INVALID_ARGUMENT, f"unsupported signal {request.signal}")
         async with _rpc() as call:
-            await processes.signal(
-                call.res.sessions,
-                call.res.redis,
-                call.res.settings,
-                call.tenant,
-                call.key_id,
-                call.sandbox_id,
-                pid,
-                name,
-            )
+            await processes.signal(call.caller, pid, name)
         return pb.SendSignalResponse()
 
     async def list(
         self, request: pb.ListRequest, ctx: RequestContext[pb.ListRequest, pb.ListResponse]
     ) -> pb.ListResponse:
         async with _rpc() as call:
-            found = await processes.listing(
-                call.res.sessions,
-                call.res.redis,
-                call.res.settings,
-                call.tenant,
-                call.key_id,
-                call.sandbox_id,
-            )
+            found = await processes.listing(call.caller)
         return pb.ListResponse(
             processes=[
                 pb.ProcessInfo(
@@ -299,17 +276,7 @@ class FilesystemService:
 async def _fs(op: str, *args: str) -> Any:
     async with _rpc() as call:
         try:
-            return await processes.fs(
-                call.res.sessions,
-                call.res.redis,
-                call.res.settings,
-                call.tenant,
-                call.key_id,
-                call.sandbox_id,
-                op,
-                *args,
-                user=call.user,
-            )
+            return await processes.fs(call.caller, op, *args, user=call.user)
         except AppError as exc:
             _raise(exc)
 
@@ -334,10 +301,10 @@ def _entry(found: Mapping[str, Any]) -> fs_pb.EntryInfo:
 async def read_file(request: Request) -> Response:
     """envd's `GET /files?path=P`: the file's bytes, or E2B's error."""
     try:
-        call = await target(request)
+        c = (await target(request)).caller
         path = _path(request)
         opened = await sandbox_files.read(
-            call.res.sessions, call.res.redis, call.res.settings, call.tenant, call.sandbox_id, path
+            c.sessions, c.redis, c.settings, c.tenant, c.sandbox_id, path
         )
     except AppError as exc:
         return error(exc.status, exc.message)
@@ -349,8 +316,8 @@ async def write_files(request: Request) -> Response:
     """envd's `POST /files` (multipart, one part per file; `path` names a lone file, else
     each part's file name): `[{name, type, path}]` of what was written."""
     try:
-        call = await target(request)
-        cap = call.res.settings.sandbox_files_max_bytes
+        c = (await target(request)).caller
+        cap = c.settings.sandbox_files_max_bytes
         written = []
         async with request.form(max_files=1000) as form:
             parts = [part for _, part in form.multi_items() if not isinstance(part, str)]
@@ -360,13 +327,7 @@ async def write_files(request: Request) -> Response:
                 if len(content) > cap:
                     raise TooLarge(f"{path}: over SANDHIVE_SANDBOX_FILES_MAX_BYTES={cap}")
                 done = await sandbox_files.write(
-                    call.res.sessions,
-                    call.res.redis,
-                    call.res.settings,
-                    call.tenant,
-                    call.sandbox_id,
-                    path,
-                    content,
+                    c.sessions, c.redis, c.settings, c.tenant, c.sandbox_id, path, content
                 )
                 name = posixpath.basename(done.path)
                 written.append({"name": name, "type": "file", "path": done.path})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -22,7 +23,7 @@ from app.bus import keys
 from app.config import Settings
 from app.db.engine import Sessions
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound, SandboxError
-from app.schemas.sandboxes import ExecRequest
+from app.schemas.sandboxes import ExecRequest, ExecResult
 from app.services.sandboxes import commands
 
 PID_ENV = "SANDHIVE_E2B_PID"
@@ -143,6 +144,30 @@ class Exists(Conflict):
     """The path exists already (a directory to make)."""
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who acts on which of its sandboxes, with what (every call here takes one)."""
+
+    sessions: Sessions
+    redis: Redis
+    settings: Settings
+    tenant: str
+    key_id: str | None
+    """The API key's id, for the sandbox's command log."""
+    sandbox_id: str
+
+    async def run(self, body: ExecRequest) -> ExecResult:
+        return await commands.run(
+            self.sessions,
+            self.redis,
+            self.settings,
+            self.tenant,
+            self.key_id,
+            self.sandbox_id,
+            body,
+        )
+
+
 async def new_pid(redis: Redis, sandbox_id: str) -> int:
     key = f"{keys.PREFIX}:e2b:{sandbox_id}:pids"
     async with redis.pipeline(transaction=True) as pipe:
@@ -153,52 +178,33 @@ async def new_pid(redis: Redis, sandbox_id: str) -> int:
 
 
 async def start(
-    sessions: Sessions,
-    redis: Redis,
-    settings: Settings,
-    tenant: str,
-    key_id: str | None,
-    sandbox_id: str,
-    body: ExecRequest,
+    caller: Caller, body: ExecRequest
 ) -> tuple[int, AsyncGenerator[tuple[str, dict[str, Any] | None], None]]:
     """Run `body` as a process with a pid; (its pid, its events as `commands.stream` gives
     them)."""
-    pid = await new_pid(redis, sandbox_id)
+    pid = await new_pid(caller.redis, caller.sandbox_id)
     tagged = body.model_copy(update={"env": {**body.env, PID_ENV: str(pid)}})
-    events = await commands.stream(sessions, redis, settings, tenant, key_id, sandbox_id, tagged)
+    c = caller
+    events = await commands.stream(
+        c.sessions, c.redis, c.settings, c.tenant, c.key_id, c.sandbox_id, tagged
+    )
     return pid, events
 
 
-async def signal(
-    sessions: Sessions,
-    redis: Redis,
-    settings: Settings,
-    tenant: str,
-    key_id: str | None,
-    sandbox_id: str,
-    pid: int,
-    name: str,
-) -> None:
+async def signal(caller: Caller, pid: int, name: str) -> None:
     """Send signal `name` (`KILL`, `TERM`) to every process of `pid`; NotFound if none runs."""
     body = ExecRequest(
         argv=["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), name], timeout_s=OP_TIMEOUT_S
     )
-    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
-    if done.exit_code != 0:
+    if (await caller.run(body)).exit_code != 0:
         raise NotFound(f"process with pid {pid} not found")
 
 
-async def listing(
-    sessions: Sessions,
-    redis: Redis,
-    settings: Settings,
-    tenant: str,
-    key_id: str | None,
-    sandbox_id: str,
-) -> list[tuple[int, list[str], str]]:
+async def listing(caller: Caller) -> list[tuple[int, list[str], str]]:
     """The processes started by `start` that still run: (pid, argv, cwd) each."""
-    body = ExecRequest(argv=["python3", "-c", LIST_PROGRAM], timeout_s=OP_TIMEOUT_S)
-    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
+    done = await caller.run(
+        ExecRequest(argv=["python3", "-c", LIST_PROGRAM], timeout_s=OP_TIMEOUT_S)
+    )
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -206,23 +212,14 @@ async def listing(
     return [(int(pid), list(argv), str(cwd)) for pid, argv, cwd in found]
 
 
-async def fs(
-    sessions: Sessions,
-    redis: Redis,
-    settings: Settings,
-    tenant: str,
-    key_id: str | None,
-    sandbox_id: str,
-    op: str,
-    *args: str,
-    user: str | None = None,
-) -> Any:
+async def fs(caller: Caller, op: str, *args: str, user: str | None = None) -> Any:
     """One file operation (`stat`, `list` PATH DEPTH, `mkdir`, `remove`, `move` SRC DST)
     in the sandbox: its result, or NotFound, Exists, Forbidden, InvalidInput."""
-    body = ExecRequest(
-        argv=["python3", "-c", FS_PROGRAM, op, *args], user=user, timeout_s=OP_TIMEOUT_S
+    done = await caller.run(
+        ExecRequest(
+            argv=["python3", "-c", FS_PROGRAM, op, *args], user=user, timeout_s=OP_TIMEOUT_S
+        )
     )
-    done = await commands.run(sessions, redis, settings, tenant, key_id, sandbox_id, body)
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else None
