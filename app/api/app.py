@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.api import (
@@ -81,11 +83,35 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _install_e2b(app: FastAPI) -> None:
-    """The E2B API, where the `e2b` extra (its envd message types) is installed."""
-    try:
-        from app.api.e2b import control, envd  # the optional extra's modules import here
-    except ImportError as exc:
-        log.warning("the E2B API is off: %s (pip install 'sandhive[e2b]')", exc)
-        return
-    app.mount("/e2b/envd", envd.Envd())  # before the control plane's catch-all
-    app.include_router(control.router)
+    """The E2B API under `/e2b`, built on its first request: the `e2b` package it serves
+    with takes seconds of CPU to import, which a server that no E2B client calls (and
+    every process of the test suite) should not pay."""
+    app.mount("/e2b", LazyE2B())
+
+
+class LazyE2B:
+    """An ASGI app that imports and builds the E2B API when first called; a 501 in E2B's
+    shape where the `e2b` extra is not installed."""
+
+    def __init__(self) -> None:
+        self._app: ASGIApp | None = None
+        self._missing: str | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None and self._missing is None:
+            try:
+                from app.api.e2b import control, envd  # the optional extra's import
+            except ImportError as exc:
+                log.warning("the E2B API is off: %s (pip install 'sandhive[e2b]')", exc)
+                self._missing = f"the E2B API needs the e2b extra on this server: {exc}"
+            else:
+                inner = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+                inner.mount("/envd", envd.Envd())  # before the control plane's catch-all
+                inner.include_router(control.router)
+                self._app = inner
+        if self._app is None:
+            if scope["type"] == "http":
+                body = {"code": 501, "message": self._missing}
+                await JSONResponse(body, status_code=501)(scope, receive, send)
+            return
+        await self._app(scope, receive, send)

@@ -34,25 +34,37 @@ SCRATCH = (TESTS_DIR, "/logs")
 """The directories a verified task's sandbox gets writable (tmpfs), whatever its rootfs."""
 ROOT = "0"
 STOP_EVERYTHING = """
-import os, signal
-parents = {}
-for name in os.listdir("/proc"):
-    if name.isdigit():
-        try:
-            stat = open("/proc/%s/stat" % name).read()
-            parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            pass
-main = min((pid for pid, parent in parents.items() if parent == 1), default=None)
-for pid in parents:
-    if pid not in (1, main, os.getpid()):
+import os, signal, sys, time
+
+def parents():
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                state, parent = open("/proc/%s/stat" % name).read().rsplit(")", 1)[1].split()[:2]
+            except (OSError, IndexError, ValueError):
+                continue
+            if state != "Z":  # a zombie is dead already: its parent (init) reaps it
+                found[int(name)] = int(parent)
+    return found
+
+main = min((pid for pid, parent in parents().items() if parent == 1), default=None)
+for _ in range(100):  # again until a pass finds none: a child forked meanwhile goes too
+    left = [pid for pid in parents() if pid not in (1, main, os.getpid())]
+    if not left:
+        sys.exit(0)
+    for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    time.sleep(0.01)
+print("still running: %s" % left, file=sys.stderr)
+sys.exit(1)
 """
 """Run by `docker exec` as root: SIGKILL to every process of the sandbox but its init, the
-main command (init's oldest child, whose end would end the container) and itself."""
+main command (init's oldest child, whose end would end the container) and itself, pass
+after pass until none is left (exit 1 if they keep coming)."""
 PREPARE = (
     f"rm -rf {VERIFIER_DIR} && find {TESTS_DIR} -mindepth 1 -delete"
     f" && mkdir -p {VERIFIER_DIR} /logs/agent"
@@ -109,34 +121,21 @@ async def verify(
     """Run the verifier in `box`; `VerificationOut`'s JSON. Raises SandboxError (Docker
     failed: the caller records an infrastructure failure), never for the script's own.
 
-    Every step runs by `docker exec` as root, past the exec channel and whatever user the
-    image names. `after_agent`: the agent's processes are killed first, so none is left to
-    write a reward while the script runs."""
+    Every step runs by `docker exec` as root with `CLEAN_ENV`, past the exec channel and
+    whatever user the image names. `after_agent`: the agent's processes are killed first,
+    and what the script's run started before the reward is read."""
+    steps = _Steps(box, after_agent)
     started = time.monotonic()
-
-    async def step(argv: list[str], **options: Any) -> Any:
-        return await box.exec(argv, workdir="/", user=ROOT, direct=True, **options)
-
-    if after_agent:
-        stopped = await step(["python3", "-c", STOP_EVERYTHING], timeout_s=STEP_TIMEOUT_S)
-        if stopped.timed_out or stopped.exit_code != 0:  # its processes fill the sandbox
-            why = stopped.stderr.decode(errors="replace")[-500:]
-            return _result(started, error=f"the agent's processes could not be stopped: {why}")
+    if (why := await steps.stop_everything()) is not None:
+        return _result(started, error=why)
     files = [(path, base64.b64decode(content)) for path, content in spec.files]
-    prepared = await step(["sh", "-c", PREPARE], stdin=build_tar(files), timeout_s=STEP_TIMEOUT_S)
+    prepared = await steps.run(["sh", "-c", PREPARE], stdin=build_tar(files))
     if prepared.timed_out:
         return unavailable("putting the verifier's files in /tests timed out")
     if prepared.exit_code != 0:
         detail = prepared.stderr.decode(errors="replace")[-2000:]
         return _result(started, error=f"the verifier's files could not be put in /tests: {detail}")
-    ran = await box.exec(
-        ["bash", "-c", spec.command],
-        workdir=TESTS_DIR,
-        env=CLEAN_ENV,
-        timeout_s=spec.timeout_s,
-        user=ROOT,
-        direct=True,
-    )
+    ran = await steps.run(["bash", "-c", spec.command], workdir=TESTS_DIR, timeout_s=spec.timeout_s)
     out = {
         "exit_code": ran.exit_code,
         "stdout": _tail(ran.stdout, output_bytes),
@@ -144,11 +143,34 @@ async def verify(
     }
     if ran.timed_out:
         return _result(started, error=f"the verifier ran past {spec.timeout_s} s", **out)
-    read = await step(["sh", "-c", READ_REWARD], timeout_s=STEP_TIMEOUT_S)
-    if read.timed_out or read.exit_code != 0:
-        return unavailable("the verifier's reward could not be read")
+    if (why := await steps.stop_everything()) is not None:
+        return _result(started, error=why, **out)
+    read = await steps.run(["sh", "-c", READ_REWARD])
+    if read.timed_out or read.exit_code != 0:  # its directory gone: no reward, the agent's
+        return _result(started, error="the reward could not be read", **out)
     found = parse_reward(read.stdout.decode(errors="replace"))
     return _result(started, reward=found.reward, rewards=found.rewards, error=found.error, **out)
+
+
+class _Steps:
+    """The verifier's commands in one sandbox: `docker exec` as root, a clean environment."""
+
+    def __init__(self, box: Execs, after_agent: bool) -> None:
+        self.box, self.after_agent = box, after_agent
+
+    async def run(self, argv: list[str], **options: Any) -> Any:
+        options = {"workdir": "/", "timeout_s": STEP_TIMEOUT_S, **options}
+        return await self.box.exec(argv, env=CLEAN_ENV, user=ROOT, direct=True, **options)
+
+    async def stop_everything(self) -> str | None:
+        """Why the agent's processes could not all be stopped (its doing), or None."""
+        if not self.after_agent:
+            return None
+        stopped = await self.run(["python3", "-c", STOP_EVERYTHING])
+        if stopped.timed_out or stopped.exit_code != 0:
+            why = stopped.stderr.decode(errors="replace")[-500:]
+            return f"the agent's processes could not be stopped: {why}"
+        return None
 
 
 def parse_reward(report: str) -> Found:

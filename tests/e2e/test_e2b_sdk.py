@@ -52,7 +52,7 @@ def test_the_e2b_sdk_drives_sandhive_sandboxes(
     alice, bob = key_for(settings, "alice", tmp_path), key_for(settings, "bob", tmp_path)
     point_sdk_at(monkeypatch, service, alice)
 
-    sandbox = Sandbox.create(timeout=120, metadata={"run": "e2b-test"}, envs={"GREETING": "hi"})
+    sandbox = Sandbox.create(timeout=120, metadata={"run": "e2b test@1"}, envs={"GREETING": "hi"})
     try:
         # Commands: waited for, streamed, failing, in the background and killed.
         done = sandbox.commands.run("echo $GREETING from $(whoami); echo oops >&2")
@@ -71,6 +71,17 @@ def test_the_e2b_sdk_drives_sandhive_sandboxes(
             background.wait()
         assert background.pid not in {p.pid for p in sandbox.commands.list()}
         assert not sandbox.commands.kill(background.pid), "a pid that no longer runs"
+        # Input sent to a running command, then its end (EOF).
+        reader = sandbox.commands.run("read line; echo got:$line", background=True, stdin=True)
+        sandbox.commands.send_stdin(reader.pid, "hello\n")
+        assert reader.wait().stdout == "got:hello\n"
+        cat = sandbox.commands.run("cat", background=True, stdin=True)
+        sandbox.commands.send_stdin(cat.pid, "a")
+        sandbox.commands.send_stdin(cat.pid, b"b\n")
+        sandbox.commands.close_stdin(cat.pid)
+        assert cat.wait().stdout == "ab\n"
+        with pytest.raises(NotFoundException):
+            sandbox.commands.send_stdin(cat.pid, "too late")
 
         # Files: text and bytes, listed, stat'ed, moved, removed.
         sandbox.files.write("/tmp/e2b/hello.txt", "hello from the SDK\n")
@@ -93,13 +104,13 @@ def test_the_e2b_sdk_drives_sandhive_sandboxes(
         # The control plane: listed by metadata, a new timeout, connected to by id.
         listed_ids = [info.sandbox_id for info in Sandbox.list().next_items()]
         assert sandbox.sandbox_id in listed_ids
-        running = Sandbox.list(query=SandboxQuery(metadata={"run": "e2b-test"})).next_items()
+        running = Sandbox.list(query=SandboxQuery(metadata={"run": "e2b test@1"})).next_items()
         assert [info.sandbox_id for info in running] == [sandbox.sandbox_id]
         sandbox.set_timeout(60)
         described = sandbox.get_info()
         assert (described.sandbox_id, described.metadata) == (
             sandbox.sandbox_id,
-            {"run": "e2b-test"},
+            {"run": "e2b test@1"},
         )
         assert described.template_id == "default"
         again = Sandbox.connect(sandbox.sandbox_id)
@@ -114,7 +125,9 @@ def test_the_e2b_sdk_drives_sandhive_sandboxes(
         envd = f"{service.base_url}/e2b/envd/files"
         asked = {"path": "/tmp/e2b/blob.bin"}
         as_bob = {"X-Access-Token": bob, "E2b-Sandbox-Id": sandbox.sandbox_id}
-        assert httpx.get(envd, params=asked, headers=as_bob).status_code == 404
+        refused = httpx.get(envd, params=asked, headers=as_bob)
+        assert refused.status_code == 502, refused.text  # envd's proxy: no such sandbox
+        assert f"sandbox {sandbox.sandbox_id} was not found" in refused.json()["message"]
         as_alice = {**as_bob, "X-Access-Token": alice}
         assert httpx.get(envd, params=asked, headers=as_alice).content == bytes(range(256))
 
@@ -125,13 +138,14 @@ def test_the_e2b_sdk_drives_sandhive_sandboxes(
         sandbox.kill()
 
     # Killed: gone for the SDK, ended in Sandhive's own API, every command in its audit log.
+    assert not sandbox.is_running()
     assert not Sandbox.kill(sandbox.sandbox_id)
     own = {"Authorization": f"Bearer {alice}"}
     box = httpx.get(f"{service.base_url}/v1/sandboxes/{sandbox.sandbox_id}", headers=own).json()
     assert (box["status"], box["end_reason"], box["metadata"]) == (
         "ended",
         "deleted",
-        {"run": "e2b-test"},
+        {"run": "e2b test@1"},
     )
     log = httpx.get(
         f"{service.base_url}/v1/sandboxes/{sandbox.sandbox_id}/commands", headers=own

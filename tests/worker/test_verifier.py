@@ -131,7 +131,10 @@ async def test_the_verifier_judges_what_the_agent_left_and_its_reward_is_the_tas
 
     assert tasks["wrong"]["verification"]["reward"] == 0.0
     for planted in ("planter", "linker", "writer"):
-        assert tasks[planted]["verification"]["reward"] == 0.0, (planted, tasks[planted])
+        assert tasks[planted]["verification"]["reward"] == 0.0, (
+            planted,
+            tasks[planted]["verification"],
+        )
     silent_found = tasks["silent"]["verification"]
     assert silent_found["reward"] is None
     assert "no reward file" in silent_found["error"]

@@ -42,10 +42,11 @@ async def e2b_tenant(conn: HTTPConnection, res: Resources) -> str:
     return tenant
 
 
-def key_id(conn: HTTPConnection) -> str | None:
-    """The id of the key that made the request, for the sandbox's command log."""
+def key_id(conn: HTTPConnection, res: Resources) -> str | None:
+    """The id of the key that made the request, for the sandbox's command log: `admin` for
+    the operator's key, none while auth is disabled (the SDK sends some key regardless)."""
     key = e2b_key(conn)
-    if key is None:
+    if key is None or res.settings.auth == "disabled":
         return None
     return keys.parse_key(key) or "admin"
 

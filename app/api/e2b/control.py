@@ -27,11 +27,12 @@ from app.schemas.tasks import WireModel
 from app.services.sandboxes import calls
 from app.services.sandboxes import service as sandboxes
 
-router = APIRouter(prefix="/e2b", tags=["e2b"], include_in_schema=False)
+router = APIRouter(tags=["e2b"], include_in_schema=False)
+"""Mounted at `/e2b` (`app.api.app.LazyE2B`)."""
 
-ENVD_VERSION = "0.4.0"
-"""The envd version sandboxes report: the SDK then uses what this server serves (multipart
-uploads, stdin by SendInput refused, users by name)."""
+ENVD_VERSION = "0.5.2"
+"""The envd version sandboxes report: the SDK then uses what this server serves (users by
+name, stdin sent and closed later, multipart uploads: octet-stream ones come at 0.5.7)."""
 DEFAULT_TEMPLATE = "base"
 CLIENT_ID = "sandhive"
 MAX_LIST = 100
@@ -79,19 +80,19 @@ async def create(request: Request, res: Res) -> Response:
             return error(400, "internet access is not enabled on this server")
         network = "egress"
     try:
-        made = await calls.create(
-            res.sessions,
-            res.redis,
-            res.settings,
-            tenant,
-            SandboxCreate(
-                image=_image(asked.templateID, _catalogue(res)),
-                ttl_s=asked.timeout,
-                metadata=asked.metadata or {},
-                env=asked.envVars or {},
-                network=network,
-            ),
+        wanted = SandboxCreate(
+            image=_image(asked.templateID, _catalogue(res)),
+            ttl_s=asked.timeout,
+            metadata=asked.metadata or {},
+            env=asked.envVars or {},
+            network=network,
         )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return error(400, f"invalid sandbox request: {where}: {first['msg']}")
+    try:
+        made = await calls.create(res.sessions, res.redis, res.settings, tenant, wanted)
     except InvalidInput as exc:
         if any(d.get("type") == "unknown_image" for d in _details(exc)):
             return error(404, f"template '{asked.templateID}' not found")
@@ -111,10 +112,16 @@ async def list_sandboxes(
     nextToken: str | None = None,
 ) -> Response:
     """Running sandboxes (there are no paused ones here), newest first; `metadata` is
-    `k=v&k2=v2` URL-encoded, as the SDK sends it."""
+    `k=v&k2=v2` URL-encoded, each key and value quoted once more, as the SDK sends it."""
     tenant = await e2b_tenant(request, res)
+    for name in ("template", "startedAfter", "order"):
+        if request.query_params.get(name):
+            return error(501, f"listing by {name} is not supported by this server")
     states = set((state or "running").split(","))
-    wanted = dict(urllib.parse.parse_qsl(metadata or "", keep_blank_values=True))
+    wanted = {
+        urllib.parse.unquote(key): urllib.parse.unquote(value)
+        for key, value in urllib.parse.parse_qsl(metadata or "", keep_blank_values=True)
+    }
     if "running" not in states:
         return JSONResponse([])
     page = await sandboxes.page(

@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import math
 import posixpath
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,13 +34,15 @@ from e2b.envd.process import process_pb as pb
 from e2b.envd.process.process_connect import ProcessASGIApplication
 from protobuf import Oneof
 from protobuf.wkt import Timestamp
+from pydantic import ValidationError
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api.e2b.auth import e2b_tenant, error, key_id
 from app.api.streamcap import take_slot
-from app.errors import AppError, InvalidInput, TooLarge
+from app.errors import AppError, Conflict, InvalidInput, NotFound, TooLarge
+from app.kit import outage
 from app.resources import Resources
 from app.schemas.sandboxes import ExecRequest
 from app.services.sandboxes import files as sandbox_files
@@ -48,6 +51,8 @@ from app.services.sandboxes import processes
 SANDBOX_HEADER = "e2b-sandbox-id"
 CALL: contextvars.ContextVar[HTTPConnection] = contextvars.ContextVar("e2b_call")
 """The request an RPC serves (connectrpc hands services only the headers)."""
+SANDBOX_ID = re.compile(r"^sbx_[0-9A-Za-z]{1,64}$")
+USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 CODES = {
     400: Code.INVALID_ARGUMENT,
     401: Code.UNAUTHENTICATED,
@@ -57,10 +62,13 @@ CODES = {
     413: Code.RESOURCE_EXHAUSTED,
     422: Code.INVALID_ARGUMENT,
     429: Code.RESOURCE_EXHAUSTED,
+    502: Code.UNAVAILABLE,  # the sandbox was not found (`Gone`)
     503: Code.UNAVAILABLE,
     504: Code.DEADLINE_EXCEEDED,
 }
 SIGNALS = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
+ERROR_CODES = {"gateway_timeout": Code.DEADLINE_EXCEEDED, "not_found": Code.UNAVAILABLE}
+"""A streamed command's `error` event by its code (its worker lost: `unavailable`)."""
 
 
 @dataclass(frozen=True)
@@ -73,16 +81,28 @@ class Target:
 
 
 async def target(conn: HTTPConnection) -> Target:
-    """The caller and its sandbox; AppError (401, 404, 429) otherwise."""
+    """The caller and its running sandbox; AppError (401, 429, 400) otherwise, and
+    `Gone` when the sandbox is not one of its running ones."""
     res: Resources = conn.state.res
     tenant = await e2b_tenant(conn, res)
     sandbox_id = conn.headers.get(SANDBOX_HEADER, "").strip()
-    if not sandbox_id:
-        raise InvalidInput(f"missing the {SANDBOX_HEADER} header")
+    if not SANDBOX_ID.fullmatch(sandbox_id):
+        raise InvalidInput(f"the {SANDBOX_HEADER} header must name a sandbox (sbx_...)")
     caller = processes.Caller(
-        res.sessions, res.redis, res.settings, tenant, key_id(conn), sandbox_id
+        res.sessions, res.redis, res.settings, tenant, key_id(conn, res), sandbox_id
     )
+    try:
+        await caller.held()
+    except (NotFound, Conflict) as exc:
+        raise Gone(f"sandbox {sandbox_id} was not found") from exc
     return Target(res, caller, _user(conn))
+
+
+class Gone(AppError):
+    """The sandbox is not the caller's running one: envd's proxy answers a 502 saying it
+    "was not found", which the SDK takes for a sandbox killed or past its timeout."""
+
+    status, code = 502, "sandbox_not_found"
 
 
 def _user(conn: HTTPConnection) -> str | None:
@@ -93,7 +113,9 @@ def _user(conn: HTTPConnection) -> str | None:
     try:
         name = base64.b64decode(value).decode().partition(":")[0]
     except (ValueError, UnicodeDecodeError):
-        return None
+        raise InvalidInput("the Authorization header's user is not base64 text") from None
+    if name and not USER.fullmatch(name):
+        raise InvalidInput(f"not a user name: {name[:64]!r}")
     return name or None
 
 
@@ -104,11 +126,25 @@ def _raise(exc: AppError) -> NoReturn:
 
 @contextlib.asynccontextmanager
 async def _rpc() -> AsyncIterator[Target]:
-    """The call's target, Sandhive's errors as Connect's."""
+    """The call's target, Sandhive's errors as Connect's: a request's bad path or user is
+    `invalid_argument`, Postgres or Redis out of reach `unavailable`."""
     try:
         yield await target(CALL.get())
     except AppError as exc:
         _raise(exc)
+    except ValidationError as exc:
+        raise ConnectError(Code.INVALID_ARGUMENT, _first(exc)) from exc
+    except Exception as exc:
+        down = outage.unavailable(exc, 1)
+        if down is None:
+            raise
+        raise ConnectError(Code.UNAVAILABLE, down.message) from exc
+
+
+def _first(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}"
 
 
 def _unsupported(what: str) -> NoReturn:
@@ -121,15 +157,15 @@ class ProcessService:
     async def start(
         self, request: pb.StartRequest, ctx: RequestContext[pb.StartRequest, pb.StartResponse]
     ) -> AsyncIterator[pb.StartResponse]:
-        if request.stdin or request.has_field("pty"):
-            _unsupported("a PTY or stdin sent later")
+        if request.has_field("pty"):
+            _unsupported("a PTY")
         config = request.process or pb.ProcessConfig()
         timeout_ms = ctx.timeout_ms
         async with _rpc() as call:
             body = _exec(config, call.user, timeout_ms)
             slot = await take_slot(call.res, call.caller.tenant)
             async with slot.held():
-                pid, events = await processes.start(call.caller, body)
+                pid, events = await processes.start(call.caller, body, stdin=request.stdin)
                 async with contextlib.aclosing(events):
                     yield _event("start", pb.ProcessEvent.StartEvent(pid=pid))
                     async for name, data in events:
@@ -170,13 +206,29 @@ class ProcessService:
         _unsupported("resizing a PTY")
 
     async def stream_input(self, request: Any, ctx: Any) -> pb.StreamInputResponse:
-        _unsupported("sending stdin to a running process")
+        _unsupported("streaming stdin (send it with send_stdin)")
 
-    async def send_input(self, request: Any, ctx: Any) -> pb.SendInputResponse:
-        _unsupported("sending stdin to a running process")
+    async def send_input(
+        self,
+        request: pb.SendInputRequest,
+        ctx: RequestContext[pb.SendInputRequest, pb.SendInputResponse],
+    ) -> pb.SendInputResponse:
+        pid = _pid(request.process)
+        given = request.input.input if request.input is not None else None
+        if given is None or given.field != "stdin":
+            _unsupported("input other than stdin (a PTY)")
+        async with _rpc() as call:
+            await processes.send_input(call.caller, pid, bytes(given.value))
+        return pb.SendInputResponse()
 
-    async def close_stdin(self, request: Any, ctx: Any) -> pb.CloseStdinResponse:
-        _unsupported("closing a running process's stdin")
+    async def close_stdin(
+        self,
+        request: pb.CloseStdinRequest,
+        ctx: RequestContext[pb.CloseStdinRequest, pb.CloseStdinResponse],
+    ) -> pb.CloseStdinResponse:
+        async with _rpc() as call:
+            await processes.close_stdin(call.caller, _pid(request.process))
+        return pb.CloseStdinResponse()
 
 
 def _exec(config: pb.ProcessConfig, user: str | None, timeout_ms: float | None) -> ExecRequest:
@@ -212,7 +264,8 @@ def _process_event(name: str, data: Mapping[str, Any] | None) -> pb.StartRespons
                 exit_code=code, exited=True, status=f"exit status {code}"
             )
         return _event("end", end)
-    raise ConnectError(Code.UNAVAILABLE, str(data.get("message", "the command broke off")))
+    code = ERROR_CODES.get(str(data.get("code")), Code.UNAVAILABLE)
+    raise ConnectError(code, str(data.get("message", "the command broke off")))
 
 
 def _event(kind: str, value: Any) -> pb.StartResponse:
@@ -302,12 +355,13 @@ async def read_file(request: Request) -> Response:
     """envd's `GET /files?path=P`: the file's bytes, or E2B's error."""
     try:
         c = (await target(request)).caller
+        _as_root(request)
         path = _path(request)
         opened = await sandbox_files.read(
             c.sessions, c.redis, c.settings, c.tenant, c.sandbox_id, path
         )
     except AppError as exc:
-        return error(exc.status, exc.message)
+        return error(exc.status, exc.message, exc.headers() or None)
     headers = {"Content-Length": str(opened.size), "X-Content-Type-Options": "nosniff"}
     return StreamingResponse(opened.chunks, media_type="application/octet-stream", headers=headers)
 
@@ -317,6 +371,7 @@ async def write_files(request: Request) -> Response:
     each part's file name): `[{name, type, path}]` of what was written."""
     try:
         c = (await target(request)).caller
+        _as_root(request)
         cap = c.settings.sandbox_files_max_bytes
         written = []
         async with request.form(max_files=1000) as form:
@@ -332,8 +387,16 @@ async def write_files(request: Request) -> Response:
                 name = posixpath.basename(done.path)
                 written.append({"name": name, "type": "file", "path": done.path})
     except AppError as exc:
-        return error(exc.status, exc.message)
+        return error(exc.status, exc.message, exc.headers() or None)
     return JSONResponse(written)
+
+
+def _as_root(request: Request) -> None:
+    """Files are read and written as root here: another `username` is refused, not
+    ignored (a file the SDK wrote for a user would otherwise belong to root)."""
+    name = request.query_params.get("username")
+    if name not in (None, "", "root"):
+        raise InvalidInput(f"files as user {name[:64]!r} are not supported by this server")
 
 
 def _path(request: Request) -> str:
@@ -369,7 +432,11 @@ class Envd:
             CALL.reset(token)
 
     async def _plain(self, path: str, request: Request) -> Response:
-        if path == "/health":
+        if path == "/health":  # the SDK's probe after a failure: is the sandbox there?
+            try:
+                await target(request)
+            except AppError as exc:
+                return error(exc.status, exc.message, exc.headers() or None)
             return Response(status_code=204)
         if path == "/files" and request.method == "GET":
             return await read_file(request)

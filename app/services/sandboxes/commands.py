@@ -119,9 +119,14 @@ async def run(
     key_id: str | None,
     sandbox_id: str,
     body: ExecRequest,
+    *,
+    urgent: bool = False,
 ) -> ExecResult:
-    """Run one command to its end (or its timeout)."""
+    """Run one command to its end (or its timeout). `urgent`: the worker runs it without
+    waiting for the sandbox's turn (a signal must not queue behind the commands it ends)."""
     cmd = command(settings, body, stream=False)
+    if urgent:
+        cmd.request["urgent"] = True
     box = await calls.held(sessions, tenant, sandbox_id)
     command_id = await _sent(sessions, box, cmd, key_id)
     sent = await calls.send(redis, box, cmd.request, cmd.timeout_s + GRACE_S)

@@ -12,6 +12,7 @@ API process.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -24,9 +25,11 @@ from app.config import Settings
 from app.db.engine import Sessions
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound, SandboxError
 from app.schemas.sandboxes import ExecRequest, ExecResult
-from app.services.sandboxes import commands
+from app.services.sandboxes import calls, commands
 
 PID_ENV = "SANDHIVE_E2B_PID"
+STDIN_DIR = "/tmp/.sandhive-e2b"
+"""Where a process started with stdin keeps its FIFO (`stdin-PID`) and the FIFO's holder."""
 PID_TTL_S = 7 * 24 * 3600
 """How long a sandbox's pid counter is kept after its last command (longer than any life)."""
 OP_TIMEOUT_S = 60.0
@@ -43,6 +46,20 @@ done
 exit $found
 """
 """`sh -c SIGNAL_SCRIPT sh PID SIGNAL`: exit 1 when no process of that pid was found."""
+
+WITH_STDIN = """
+f="$1/stdin-$2"; shift 2
+mkdir -p "$(dirname "$f")" && rm -f "$f" && mkfifo -m 600 "$f" || exit 126
+( echo "$BASHPID" > "$f.holder"; exec sleep 2147483647 ) > "$f" &
+"$@" < "$f"; code=$?
+kill "$(cat "$f.holder" 2>/dev/null)" 2>/dev/null; rm -f "$f" "$f.holder"
+exit $code
+"""
+"""`bash -c WITH_STDIN bash DIR PID ARGV...`: ARGV reads a FIFO that a sleeping holder keeps
+open for writing, so input sent later (`send_input`, one writer each time) never ends it;
+killing the holder (`close_stdin`) is its EOF. Both go when the command ends."""
+SEND_INPUT = '[ -p "$1" ] || exit 3; exec timeout 10 sh -c \'cat > "$1"\' sh "$1"'
+CLOSE_INPUT = '[ -f "$1.holder" ] || exit 3; kill "$(cat "$1.holder")"'
 
 FS_PROGRAM = r"""
 import grp, json, os, pwd, shutil, stat, sys
@@ -102,7 +119,7 @@ try:
     elif op == "move":
         destination = os.path.abspath(args[1])
         os.makedirs(os.path.dirname(destination), exist_ok=True)
-        os.rename(path, destination)
+        shutil.move(path, destination)
         out = info(destination)
     else:
         raise ValueError(op)
@@ -133,6 +150,7 @@ for pid in os.listdir("/proc"):
     except OSError:
         continue
     tags = [e.split(b"=", 1)[1] for e in env if e.startswith(b"{PID_ENV}=")]
+    tags = [tag for tag in tags if tag.isdigit()]
     if tags and int(pid) < found.get(tags[0], [1 << 62])[0]:
         found[tags[0]] = [int(pid), [a.decode("utf-8", "replace") for a in argv], cwd]
 print(json.dumps([[int(tag), argv, cwd] for tag, (_, argv, cwd) in found.items()]))
@@ -156,7 +174,8 @@ class Caller:
     """The API key's id, for the sandbox's command log."""
     sandbox_id: str
 
-    async def run(self, body: ExecRequest) -> ExecResult:
+    async def run(self, body: ExecRequest, *, urgent: bool = False) -> ExecResult:
+        """Run a helper command; ValidationError of a bad path or user is InvalidInput."""
         return await commands.run(
             self.sessions,
             self.redis,
@@ -165,7 +184,17 @@ class Caller:
             self.key_id,
             self.sandbox_id,
             body,
+            urgent=urgent,
         )
+
+    async def held(self) -> None:
+        """NotFound or Conflict unless the sandbox is the tenant's and runs."""
+        await calls.held(self.sessions, self.tenant, self.sandbox_id)
+
+
+def _user_key(sandbox_id: str, pid: int) -> str:
+    """The user a pid's command runs as, when not root (its signal is sent as that user)."""
+    return f"{keys.PREFIX}:e2b:{sandbox_id}:user:{pid}"
 
 
 async def new_pid(redis: Redis, sandbox_id: str) -> int:
@@ -178,12 +207,19 @@ async def new_pid(redis: Redis, sandbox_id: str) -> int:
 
 
 async def start(
-    caller: Caller, body: ExecRequest
+    caller: Caller, body: ExecRequest, *, stdin: bool = False
 ) -> tuple[int, AsyncGenerator[tuple[str, dict[str, Any] | None], None]]:
     """Run `body` as a process with a pid; (its pid, its events as `commands.stream` gives
-    them)."""
+    them). `stdin`: its input comes later (`send_input`, then `close_stdin`)."""
+    await caller.held()  # no counter for a sandbox the caller has not
     pid = await new_pid(caller.redis, caller.sandbox_id)
-    tagged = body.model_copy(update={"env": {**body.env, PID_ENV: str(pid)}})
+    if body.user not in (None, "root", "0"):
+        await caller.redis.set(_user_key(caller.sandbox_id, pid), body.user, ex=PID_TTL_S)
+    update: dict[str, Any] = {"env": {**body.env, PID_ENV: str(pid)}}
+    if stdin:
+        wrapper = ["bash", "-c", WITH_STDIN, "bash", STDIN_DIR, str(pid)]
+        update["argv"] = [*wrapper, *(body.argv or [])]
+    tagged = body.model_copy(update=update)
     c = caller
     events = await commands.stream(
         c.sessions, c.redis, c.settings, c.tenant, c.key_id, c.sandbox_id, tagged
@@ -192,12 +228,39 @@ async def start(
 
 
 async def signal(caller: Caller, pid: int, name: str) -> None:
-    """Send signal `name` (`KILL`, `TERM`) to every process of `pid`; NotFound if none runs."""
+    """Send signal `name` (`KILL`, `TERM`) to every process of `pid`; NotFound if none runs.
+    As the command's own user (root cannot read another user's /proc/PID/environ without
+    CAP_SYS_PTRACE, which sandboxes lack), and without waiting for the sandbox's turn."""
+    user = await caller.redis.get(_user_key(caller.sandbox_id, pid))
     body = ExecRequest(
-        argv=["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), name], timeout_s=OP_TIMEOUT_S
+        argv=["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), name],
+        user=user.decode() if isinstance(user, bytes) else user,
+        timeout_s=OP_TIMEOUT_S,
+    )
+    if (await caller.run(body, urgent=True)).exit_code != 0:
+        raise NotFound(f"process with pid {pid} not found")
+
+
+async def send_input(caller: Caller, pid: int, data: bytes) -> None:
+    """Write `data` to the stdin of process `pid` (started with `stdin`); NotFound if it
+    has none open."""
+    body = ExecRequest(
+        argv=["sh", "-c", SEND_INPUT, "sh", f"{STDIN_DIR}/stdin-{pid}"],
+        stdin=base64.b64encode(data).decode(),
+        stdin_encoding="base64",
+        timeout_s=OP_TIMEOUT_S,
     )
     if (await caller.run(body)).exit_code != 0:
-        raise NotFound(f"process with pid {pid} not found")
+        raise NotFound(f"process with pid {pid} has no open stdin")
+
+
+async def close_stdin(caller: Caller, pid: int) -> None:
+    """End the input of process `pid` (EOF); NotFound if it has none open."""
+    body = ExecRequest(
+        argv=["sh", "-c", CLOSE_INPUT, "sh", f"{STDIN_DIR}/stdin-{pid}"], timeout_s=OP_TIMEOUT_S
+    )
+    if (await caller.run(body, urgent=True)).exit_code != 0:
+        raise NotFound(f"process with pid {pid} has no open stdin")
 
 
 async def listing(caller: Caller) -> list[tuple[int, list[str], str]]:
@@ -225,7 +288,7 @@ async def fs(caller: Caller, op: str, *args: str, user: str | None = None) -> An
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:
         answer = None
-    if not isinstance(answer, dict):
+    if not isinstance(answer, dict) or len(answer) != 1:
         raise SandboxError(f"the file operation failed: {done.stderr.strip()[-500:]}")
     kind, value = next(iter(answer.items()))
     errors: dict[str, type[AppError]] = {

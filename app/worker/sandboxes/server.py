@@ -142,11 +142,12 @@ class SandboxServer:
             return False
 
     async def _answer(self, request: dict[str, Any]) -> None:
-        """Answer one request; creates, deletes and builds take no sandbox's turn (a delete
-        must not wait behind the very commands it ends)."""
+        """Answer one request; creates, deletes, builds and urgent commands (a signal to a
+        running command) take no sandbox's turn: they must not wait behind the very
+        commands they end."""
         reply, sandbox_id = str(request.get("reply", "")), str(request.get("sandbox_id"))
         try:
-            if request.get("op") in ("create", "delete", "build"):
+            if request.get("op") in ("create", "delete", "build") or request.get("urgent"):
                 final = await self._serve(request, reply)
             else:
                 async with self._per_sandbox[sandbox_id], self._per_worker:
