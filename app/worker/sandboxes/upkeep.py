@@ -49,10 +49,16 @@ async def tick(server: Holder) -> None:
     ctx, live = server.ctx, server.live
     if not live:
         return
-    states = await rows.states(ctx.sessions, list(live))
+    # The sandboxes held *before* the query: one created while it ran has no state in it,
+    # and must not be taken for one that ended elsewhere (its container was removed).
+    held_then = dict(live)
+    states = await rows.states(ctx.sessions, list(held_then))
     now = time.time()
     lead = ctx.settings.webhook_expiring_lead_s
-    for sandbox_id, held in list(live.items()):
+    for sandbox_id, held in held_then.items():
+        still_held = sandbox_id in live and live[sandbox_id] is held
+        if not still_held:
+            continue  # removed meanwhile (deleted)
         state = states.get(sandbox_id)
         if state is None or state[0] != "running":
             await server.forget(held)  # ended elsewhere: only the container is left
