@@ -69,8 +69,19 @@ async def api(episode_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+NO_WORKER_GRACE_S = 10.0
+"""How long a just-started worker's heartbeat may be missing: its lease is 1 s (a dead
+worker is noticed at once), which a CPU-starved CI machine can let lapse for a moment."""
+
+
 async def open_episode(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await api.post("/v1/episodes", json=body, headers=ALICE)
+    deadline = time.monotonic() + NO_WORKER_GRACE_S
+    while True:
+        response = await api.post("/v1/episodes", json=body, headers=ALICE)
+        lapsed = response.status_code == 503 and "no worker is running" in response.text
+        if not lapsed or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
     assert response.status_code == 201, response.text
     opened: dict[str, Any] = response.json()
     return opened
