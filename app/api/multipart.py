@@ -50,7 +50,17 @@ def add_multipart_route(
     )
 
 
-def multipart_doc(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    """The JSON route's `openapi_extra` that documents its multipart body as well."""
-    schema = {"type": "object", "required": required, "properties": properties}
-    return {"requestBody": {"content": {"multipart/form-data": {"schema": schema}}}}
+def multipart_doc(
+    required: list[str], properties: dict[str, Any], other_parts: dict[str, Any] | bool = False
+) -> dict[str, Any]:
+    """The JSON route's `openapi_extra` that documents its multipart body as well.
+
+    `other_parts`: the schema of any part not in `properties` (False: none is taken)."""
+    schema = {
+        "type": "object",
+        "required": required,
+        "properties": properties,
+        "additionalProperties": other_parts,
+    }
+    content = {"multipart/form-data": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}

@@ -13,7 +13,8 @@ docstrings are the field descriptions). What it cannot know is added here, once:
   which this API never sends);
 - the request examples of the models, as named examples of their request bodies;
 - optional query and header parameters as what they are when given, without FastAPI's
-  `null` alternative (a parameter is left out, never sent as null).
+  `null` alternative (a parameter is left out, never sent as null);
+- the rules the server enforces across fields or by its settings (`openapi_rules`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from app.api import openapi_rules
 from app.api.deps import current_tenant
 from app.config import Settings
+from app.domain.image_catalogue import catalogue
+from app.domain.prompt_configs import known_names
 from app.schemas.experiments import EXPERIMENT_EXAMPLES
 from app.schemas.tasks import TASK_EXAMPLES
 
@@ -69,6 +73,7 @@ LIMITS = (
     Limit("ExperimentCreate", "attempts", "maximum", "experiment_max_attempts"),
     Limit("ExperimentCreate", "concurrency", "maximum", "experiment_max_concurrency"),
     Limit("TaskBatchCreate", "tasks", "maxItems", "max_batch_tasks", " tasks"),
+    Limit("Verifier", "timeout_s", "maximum", "verifier_max_timeout_s"),
 )
 SIZE_NOTES = (
     ("TaskCreate", "metadata", "max_metadata_bytes", "bytes as compact JSON"),
@@ -87,15 +92,31 @@ def install(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> N
     `routers` are the app's (their routes say which need a key).
     """
     build = app.openapi
+    built_for: list[object] = [None]
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
+        # Built again when what it lists changes (the profiles, images and prompt configs
+        # files are re-read when they change).
+        key = _server_key(settings)
+        if app.openapi_schema is None or built_for[0] != key:
+            app.openapi_schema = None
             schema = build()
             describe(schema, routers, settings)
-            app.openapi_schema = schema
+            app.openapi_schema, built_for[0] = schema, key
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _server_key(settings: Settings) -> object:
+    """What the document lists that the operator may change while the server runs (files
+    re-read when they change): LLM profiles, catalogue images, prompt configs."""
+    found = settings.llm_profiles().items()
+    return (
+        sorted((name, p.model, tuple(p.models)) for name, p in found),
+        sorted(catalogue(settings)),
+        known_names(settings.prompt_configs_dir),
+    )
 
 
 def describe(schema: dict[str, Any], routers: Sequence[APIRouter], settings: Settings) -> None:
@@ -105,6 +126,7 @@ def describe(schema: dict[str, Any], routers: Sequence[APIRouter], settings: Set
     _contract_422(schema)
     _request_examples(schema)
     _omit_not_null(schema)
+    openapi_rules.apply(schema, settings)
 
 
 def _declare_auth(schema: dict[str, Any], routers: Sequence[APIRouter], settings: Settings) -> None:

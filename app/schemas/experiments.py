@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 
 from app.schemas.rollouts import GroupOut
-from app.schemas.tasks import JsonObject, WireModel, check_text
+from app.schemas.tasks import JsonObject, WireModel, _Strict, check_text
 from app.specs import WebhookSpec
 
 ArmMode = Literal["sandbox", "vanilla"]
@@ -21,10 +21,6 @@ ItemStatus = Literal["pending", "running", "scoring", "scored", "error", "cancel
 ErrorKind = Literal["agent", "infrastructure", "scorer"]
 MAX_ROWS = 100_000
 """A hard ceiling on parsing; `Settings.experiment_max_rows` is the configurable limit."""
-
-
-class _Strict(WireModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ArmCreate(_Strict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.schemas.files import FileEntry, FileList, FileWritten
 from app.schemas.tasks import MAX_INT, SandboxRequest, WireModel, _Strict
@@ -105,6 +105,23 @@ class TtlRequest(_Strict):
 
 class ExecRequest(_Strict):
     """One command: `argv` run as it is, or `command` run by `/bin/sh -c`."""
+
+    # Exactly one of the two, said in the schema as well (fuzzers read it). As `if`/`else`:
+    # openapi-python-client cannot parse a model that is a `oneOf` of partial schemas.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"required": ["argv"], "properties": {"argv": {"type": "array"}}},
+                    "then": {"properties": {"command": {"type": "null"}}},
+                    "else": {
+                        "required": ["command"],
+                        "properties": {"command": {"type": "string"}},
+                    },
+                }
+            ]
+        }
+    )
 
     argv: list[Annotated[str, Field(max_length=MAX_ARG_CHARS, pattern=NO_NUL)]] | None = Field(
         default=None, min_length=1, max_length=65_536, examples=[["ls", "-la"]]

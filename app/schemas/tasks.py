@@ -7,6 +7,7 @@ checked when a task is resolved (`app.domain.resolve`); the resolved, stored for
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -135,6 +136,34 @@ class _Strict(WireModel):
     # strict: no silent coercion of what clients send ("1" is not 1, 0 is not false)
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        """A whole-number field takes `5.0` as 5. JSON Schema's `integer` admits it (JSON has
+        one number type, and some encoders write every number with a point), so a schema-valid
+        request must not be refused for it; `5.5`, `"5"` and `true` still are."""
+        if not isinstance(data, dict):
+            return data
+        whole = _whole_number_fields(cls)
+        if not any(isinstance(data.get(name), float) for name in whole):
+            return data
+        return {
+            name: int(value)
+            if name in whole and isinstance(value, float) and value.is_integer()
+            else value
+            for name, value in data.items()
+        }
+
+
+@functools.cache
+def _whole_number_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` typed `int` or `int | None`."""
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if field.annotation is int or field.annotation == int | None
+    )
+
 
 class LLMOptions(_Strict):
     """Which model answers the task, and how it is called."""
@@ -208,6 +237,14 @@ class SandboxRequest(_Strict):
 
 class ToolsOptions(_Strict):
     """The agent's tools and how its tool calls are answered (docs/agent.md)."""
+
+    # `reference` runs a fresh shell per call, said in the schema as well.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"required": ["profile"], "properties": {"profile": {"const": "reference"}}},
+            "then": {"properties": {"shell": {"const": "fresh"}}},
+        }
+    )
 
     profile: Literal["standard", "reference"] = "standard"
     """`standard`: Sandhive's tools; `reference`: observations byte-identical to the paper's

@@ -28,7 +28,7 @@ from app.scoring.text import (
 from app.scoring.types import Scorer
 from app.scoring.verifier import VerifierScorer
 
-_MAX_PATTERN_CHARS = 2000
+MAX_PATTERN_CHARS = 2000
 
 
 class _Options:
@@ -57,6 +57,8 @@ class _Options:
 
     def integer(self, name: str, default: int, low: int, high: int) -> int:
         value = self._left.pop(name, default)
+        if isinstance(value, float) and value.is_integer():  # JSON's 5.0 is a whole number
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self._error(name, f"must be a whole number from {low} to {high}", value)
         return value
@@ -122,8 +124,8 @@ def _normalization(options: _Options) -> dict[str, bool]:
 
 def _regex(options: _Options) -> Scorer:
     pattern = options.text("pattern", None)
-    if pattern is not None and not 0 < len(pattern) <= _MAX_PATTERN_CHARS:
-        raise ValueError(f"scorer 'regex': pattern must be 1 to {_MAX_PATTERN_CHARS} characters")
+    if pattern is not None and not 0 < len(pattern) <= MAX_PATTERN_CHARS:
+        raise ValueError(f"scorer 'regex': pattern must be 1 to {MAX_PATTERN_CHARS} characters")
     return RegexScorer(
         pattern=pattern,
         flags=options.text("flags", "") or "",

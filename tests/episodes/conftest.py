@@ -30,7 +30,10 @@ BOB = as_tenant("bob")
 def make_episode_settings(
     make_settings: Callable[..., Settings], docker_image: str, scripted_llm: ScriptedLLMServer
 ) -> Callable[..., Settings]:
-    """Keys on, fast heartbeats (a dead worker is noticed within a second), short waits."""
+    """Keys on, fast heartbeats (a dead worker is noticed within a few seconds), short waits.
+
+    The lease is 4 s, not 1 s: a CPU-starved CI start let a 1 s lease lapse while the worker
+    was alive, and a step then ended with "no answer from its worker"."""
 
     def make(**overrides: Any) -> Settings:
         return make_settings(
@@ -41,7 +44,7 @@ def make_episode_settings(
                 "auth": "keys",
                 "admin_api_key": ADMIN_KEY,
                 "worker_heartbeat_s": 0.2,
-                "worker_lease_s": 1.0,
+                "worker_lease_s": 4.0,
                 "episode_open_timeout_s": 60.0,
                 "episode_step_timeout_s": 60.0,
                 **overrides,
@@ -70,8 +73,8 @@ async def api(episode_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 
 NO_WORKER_GRACE_S = 10.0
-"""How long a just-started worker's heartbeat may be missing: its lease is 1 s (a dead
-worker is noticed at once), which a CPU-starved CI machine can let lapse for a moment."""
+"""How long a just-started worker's heartbeat may be missing: its lease is short (a dead
+worker is noticed soon), which a CPU-starved CI machine can let lapse for a moment."""
 
 
 async def open_episode(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:

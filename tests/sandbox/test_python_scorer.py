@@ -340,10 +340,13 @@ def compute_score(agent_answer, ground_truth, **row):
 async def test_a_cancelled_run_leaves_no_container_and_its_sandbox_passes_the_audit(
     host: DockerHost, docker_image: str
 ) -> None:
-    """Labelled as a worker labels it (no test label): the session's watcher audits it too."""
+    """Labelled as a worker labels it (no test label): the session's watcher audits it too.
+    The worker's name is this test's own: tests/episodes' scoring tests remove the scorer
+    containers of their worker `w-scoring` by that label, and once took this one."""
     code = "import time\ndef compute_score(a, g, **row):\n    time.sleep(600)\n"
     built = scorer(code, timeout_s=300)
-    as_a_worker = {INSTANCE_LABEL: f"test-{uuid.uuid4().hex[:8]}", WORKER_LABEL: "w-scoring"}
+    tag = uuid.uuid4().hex[:8]
+    as_a_worker = {INSTANCE_LABEL: f"test-{tag}", WORKER_LABEL: f"w-cancelled-{tag}"}
     ours = {SCORER_LABEL: "python", INSTANCE_LABEL: as_a_worker[INSTANCE_LABEL]}
     running = asyncio.create_task(
         score_in_sandbox(host, docker_image, built, "42", ROW, labels=as_a_worker)

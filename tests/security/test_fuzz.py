@@ -43,13 +43,17 @@ STREAMS = ("/v1/tasks/{task_id}/events", "/v1/experiments/{experiment_id}/events
 task or experiment does). tests/security/test_auth_matrix.py and tests/api cover them."""
 EXCLUDED = os.environ.get("SANDHIVE_FUZZ_EXCLUDED", "")
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+FUZZED_SERVER = {
+    "rate_limit_per_s": 0,
+    "scripted_profile": True,  # the document's examples name it (`make run` serves it too)
+    "webhook_max_subscriptions": 100_000,  # a count of stored rows, not a request's shape
+}
 """Where `positive_data_acceptance` is off, and why."""
 
 
 @pytest.fixture
 def api_url(keyed_settings: Settings, tmp_path: Path) -> Iterator[str]:
-    # The scripted profile on: the document's examples name it (`make run` serves it too).
-    settings = keyed_settings.model_copy(update={"rate_limit_per_s": 0, "scripted_profile": True})
+    settings = keyed_settings.model_copy(update=FUZZED_SERVER)
     log = tmp_path / "api.log"
     with running_api(settings, log) as base_url:
         yield base_url

@@ -55,6 +55,7 @@ _MULTIPART_DOC = multipart_doc(
             "description": "Any other file part: its filename is its input path",
         },
     },
+    other_parts={"type": "string", "format": "binary"},
 )
 _TASK_PART_MAX_BYTES = 4 * 2**20
 
