@@ -197,7 +197,7 @@ async def _step(
         completion = await model.complete(messages, tools, flight.tee_delta(on_delta))
     step.llm_ms = int((time.monotonic() - started) * 1000)
     account_llm(outcome, step, completion)
-    messages.append(completion.message)
+    messages.append(replayable(completion.message, ctx.profile))
     if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
         # The package answers "no usable call" with a user message, not a tool message.
         step.observation = NO_TOOL_CALL_NUDGE
@@ -240,6 +240,34 @@ def account_llm(outcome: Outcome, step: Step, completion: Completion) -> None:
     outcome.usage.completion_tokens += completion.completion_tokens
     outcome.usage.llm_seconds += step.llm_ms / 1000
     outcome.steps.append(step)
+
+
+def replayable(message: Message, profile: str) -> Message:
+    """The assistant message as the history sends it back. Standard profile: a tool call
+    whose arguments are not JSON (cut off by `max_tokens`, or malformed) goes back with
+    `{}`, since servers that render tool calls through a chat template refuse the whole
+    next request over it (llama.cpp answers 500), which would end a rollout for the
+    model's own mistake as if the service had failed; the tool's answer quotes what was
+    sent. Reference profile: as returned, as the paper's package sends it."""
+    calls = message.get("tool_calls")
+    if profile == "reference" or not isinstance(calls, list):
+        return message
+    repaired = [_with_json_arguments(call) for call in calls]
+    return message if repaired == calls else {**message, "tool_calls": repaired}
+
+
+def _with_json_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call
+    raw = function.get("arguments")
+    if not isinstance(raw, str) or not raw.strip():
+        return call
+    try:
+        json.loads(raw)
+    except ValueError:
+        return {**call, "function": {**function, "arguments": "{}"}}
+    return call
 
 
 def _tool_message(call: ToolCall, content: str) -> Message:

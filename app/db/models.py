@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     DateTime,
@@ -114,10 +115,16 @@ class Step(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     interrupted: Mapped[str | None] = mapped_column(String(32))
     """Why the step was cut short (`schemas.StepOut.interrupted`); None when it ran to its end."""
-    capture: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
+    capture_json: Mapped[dict[str, Any] | None] = mapped_column(JSON, deferred=True)
     """With `llm.capture`: the call's new request messages, answer, token ids and logprobs,
-    stored as a delta to the step before (`app.domain.rollout_capture`); None otherwise. Deferred:
-    trajectory reads never load it."""
+    stored as a delta to the step before (`app.domain.rollout_capture`); None otherwise.
+    `json`, not `jsonb`: Postgres keeps its text as written, so the messages and tools come
+    back with their keys in the order they were sent (a chat template renders the tools'
+    JSON into the prompt; `jsonb` sorts keys, and the re-rendered prompt was another).
+    Deferred: trajectory reads never load it."""
+    capture: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
+    """The same, as releases before `capture_json` stored it (keys reordered); read only
+    for their rows."""
 
 
 class Event(Base):

@@ -212,18 +212,19 @@ async def test_a_turn_without_a_tool_call_gets_the_nudge_as_a_user_message(
 
 
 @pytest.mark.parametrize(
-    ("profile", "role", "observation"),
+    ("profile", "role", "observation", "sent_back"),
     [
         (
             "standard",
             "tool",
             "Error: the arguments of execute_bash must be a JSON object, got: {oo",
+            "{}",  # a server that renders tool calls would refuse `{oo` in the next request
         ),
-        ("reference", "user", NO_TOOL_CALL_NUDGE),  # the package: unparsable = no call
+        ("reference", "user", NO_TOOL_CALL_NUDGE, "{oo"),  # the package: as returned
     ],
 )
 async def test_malformed_arguments_get_an_observation_not_a_crash(
-    loop: Harness, profile: str, role: str, observation: str
+    loop: Harness, profile: str, role: str, observation: str, sent_back: str
 ) -> None:
     turns = [Turn(tool="execute_bash", arguments="{oo"), Turn(tool="submit")]
     outcome, messages = await loop.run(turns, tools_profile=profile)
@@ -231,6 +232,25 @@ async def test_malformed_arguments_get_an_observation_not_a_crash(
     assert outcome.steps[0].observation == observation
     assert messages[3]["role"] == role
     assert messages[3]["content"] == f"{observation}\nSteps Remaining: 4"
+    (call,) = messages[2]["tool_calls"]
+    assert call["function"]["arguments"] == sent_back
+    assert call["function"]["name"] == "execute_bash"
+
+
+async def test_a_call_cut_off_by_max_tokens_goes_back_as_json_the_next_request_takes(
+    loop: Harness,
+) -> None:
+    """A completion cut off inside its tool call: the model's mistake costs it a step and
+    an error to read, never the rollout (llama.cpp refused the whole next request)."""
+    cut = Turn(tool="execute_bash", arguments='{"command": "echo hel')
+    outcome, messages = await loop.run([cut, Turn(tool="submit")])
+    assert outcome.finish_reason is FinishReason.submitted
+    assert outcome.error is None
+    assert outcome.steps[0].observation.startswith("Error: the arguments of execute_bash")
+    assert '{"command": "echo hel' in outcome.steps[0].observation
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            json.loads(call["function"]["arguments"])  # every call in the history parses
 
 
 async def test_reference_with_answer_all_also_answers_an_unusable_call(loop: Harness) -> None:

@@ -156,6 +156,15 @@ async def test_four_captured_attempts_export_what_the_trainers_server_sent(
             by_session.setdefault(answer["session"], []).append(answer)
     assert set(by_session) == {line["task_id"] for line in lines}  # the session header
 
+    # As sent, to the byte: the tools' and messages' JSON text with its keys in the order
+    # sent (a chat template renders that text into the prompt; `jsonb` reordered it).
+    as_sent = [line for line in lines if line["arm"] == "right"]
+    for line in as_sent:
+        assert json.dumps(line["tools"]) == json.dumps(plain["tools"])
+    sent_messages = json.dumps(plain["messages"])
+    count = len(plain["messages"])
+    assert any(json.dumps(line["messages"][:count]) == sent_messages for line in as_sent)
+
     std = math.sqrt(0.75 * 0.25)  # population std of 1, 0, 1, 1
     for line in lines:
         check_against_server(line, by_session[line["task_id"]])

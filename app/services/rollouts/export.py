@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import JSON, cast, func, select, tuple_, type_coerce
 from sqlalchemy.orm import load_only
 
 from app.db import models
@@ -74,6 +74,10 @@ TASK_FIELDS = load_only(*TASK_COLUMNS, raiseload=True)
 """What a line reads of its task: never its prompt (a long-context row's documents)."""
 WITH_PROMPT = load_only(*TASK_COLUMNS, models.Task.prompt, raiseload=True)
 """What a record for ATIF or Inspect reads: those, and the prompt (their first message)."""
+CAPTURE = type_coerce(func.coalesce(Step.capture_json, cast(Step.capture, JSON)), JSON).label(
+    "capture"
+)
+"""A step's capture: as sent (`capture_json`), or as an earlier release stored it."""
 STEP_FIELDS = (
     Step.index,
     Step.thought,
@@ -81,7 +85,7 @@ STEP_FIELDS = (
     Step.action,
     Step.observation,
     Step.interrupted,
-    Step.capture,
+    CAPTURE,
     Step.started_at,
     Step.llm_ms,
     Step.prompt_tokens,

@@ -219,7 +219,7 @@ async def save_step(
         conn = await session.connection()  # Core insert: see `record_events`
         kept = storable(dict(capture)) if capture is not None else None  # `llm.capture` (RL)
         await conn.execute(
-            insert(models.STEPS).values(task_id=task_id, action=action, capture=kept, **row)
+            insert(models.STEPS).values(task_id=task_id, action=action, capture_json=kept, **row)
         )
     await publish_quietly(redis, events)
 
