@@ -58,8 +58,11 @@ exit $code
 """`bash -c WITH_STDIN bash DIR PID ARGV...`: ARGV reads a FIFO that a sleeping holder keeps
 open for writing, so input sent later (`send_input`, one writer each time) never ends it;
 killing the holder (`close_stdin`) is its EOF. Both go when the command ends."""
-SEND_INPUT = '[ -p "$1" ] || exit 3; exec timeout 10 sh -c \'cat > "$1"\' sh "$1"'
-CLOSE_INPUT = '[ -f "$1.holder" ] || exit 3; kill "$(cat "$1.holder")"'
+_AWAIT = 'n=0; until [ -{kind} "{path}" ]; do n=$((n+1)); [ $n -gt 40 ] && exit 3; sleep 0.05; done'
+"""Wait up to 2 s for the FIFO (or its holder's pid file): a command started in the background
+makes them as its first act, and the SDK may send its input the moment `start` returns."""
+SEND_INPUT = _AWAIT.format(kind="p", path="$1") + '; exec timeout 10 sh -c \'cat > "$1"\' sh "$1"'
+CLOSE_INPUT = _AWAIT.format(kind="s", path="$1.holder") + '; kill "$(cat "$1.holder")"'
 
 FS_PROGRAM = r"""
 import grp, json, os, pwd, shutil, stat, sys
