@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute
 from app.api import openapi_rules
 from app.api.deps import current_tenant
 from app.config import Settings
-from app.domain.image_catalogue import catalogue
+from app.domain.image_catalogue import catalogue_or_default
 from app.domain.prompt_configs import known_names
 from app.schemas.experiments import EXPERIMENT_EXAMPLES
 from app.schemas.tasks import TASK_EXAMPLES
@@ -114,7 +114,7 @@ def _server_key(settings: Settings) -> object:
     found = settings.llm_profiles().items()
     return (
         sorted((name, p.model, tuple(p.models)) for name, p in found),
-        sorted(catalogue(settings)),
+        sorted(catalogue_or_default(settings)),
         known_names(settings.prompt_configs_dir),
     )
 

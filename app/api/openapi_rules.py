@@ -35,7 +35,7 @@ import re
 from typing import Any
 
 from app.config import SCRIPTED_PROFILE, Settings
-from app.domain.image_catalogue import catalogue
+from app.domain.image_catalogue import catalogue_or_default
 from app.domain.prompt_configs import BUILTIN, DEFAULT, known_names
 from app.domain.resolve import MAX_PATH_CHARS
 from app.schemas.images import BUILD_NAME, BUILT_PREFIX
@@ -165,9 +165,11 @@ def _model_rules(settings: Settings) -> list[dict[str, Any]]:
     for name, profile in sorted(settings.llm_profiles().items()):
         if profile.models:
             allowed: list[Any] = sorted({*profile.models, profile.model} - {""})
+            then: dict[str, Any] = {"properties": {"model": {"enum": allowed}}}
             if profile.model:
                 allowed.append(None)
-            then: dict[str, Any] = {"properties": {"model": {"enum": allowed}}}
+            else:  # no default model: the task names one
+                then["required"] = ["model"]
         elif not profile.model:
             then = {"required": ["model"], "properties": {"model": {"type": "string"}}}
         else:
@@ -193,9 +195,11 @@ def _llm_profiles(components: dict[str, Any], settings: Settings) -> None:
     if names:  # none: no task can run here, which no schema says (an enum is not empty)
         prop["enum"] = names
     fallback = default_profile(settings)
-    if fallback is None:
+    if fallback is None:  # a task names its profile, so it has an `llm`
         prop.pop("default", None)
         model.setdefault("required", []).append("profile")
+        for name in TASK_SCHEMAS:
+            components[name].setdefault("required", []).append("llm")
     else:
         prop["default"] = fallback
     allowed = sorted({url.rstrip("/") for url in settings.llm_allowed_base_urls})
@@ -244,6 +248,9 @@ def _experiment_parts(components: dict[str, Any]) -> None:
         "properties": props,
         "additionalProperties": False,
     }
+    if "llm" in task.get("required", []):  # no default profile: an arm names one too
+        components["ArmTask"]["required"] = ["llm"]
+        components["ArmCreate"].setdefault("required", []).append("task")
     arm = components["ArmCreate"]["properties"]
     arm["task"] = {
         "$ref": "#/components/schemas/ArmTask",
@@ -305,7 +312,7 @@ def _template(names: tuple[str, ...]) -> str:
 
 
 def _task_parts(components: dict[str, Any], settings: Settings) -> None:
-    names = sorted(catalogue(settings))
+    names = sorted(catalogue_or_default(settings))
     for name in SANDBOX_SCHEMAS:
         if name in components:
             prop = components[name]["properties"]["image"]

@@ -16,7 +16,7 @@ runs against Sandhive by importing this class instead: each `reset` opens an epi
   (`function_name`, `parameters`), rLLM's wrapper of one (`.action`), or its dict form;
   it answers `(observation, 0.0, done, {})` with the package's exact observation text
   (the agent adds "Steps Remaining" itself, so the episode's suffix is taken off) and
-  `done` when the call was `submit`.
+  `done` when the call was `submit` or the episode ended itself (its step limit, time).
 - `compute_final_reward()` scores the answer file (`<output_dir>/answer.txt`) with the
   scorer of the row's domain, as the package's `instruct_pretrain` router does
   (`SCORERS_BY_DOMAIN`); a row may name its own `scorer` instead. An episode the trainer
@@ -127,7 +127,8 @@ class LLMinSandboxEnv:
                 503, {"error": {"message": result.info.get("error"), "details": details}}
             )
         text = str(result.messages[0].get("content", "")) if result.messages else ""
-        return STEPS_REMAINING.sub("", text), 0.0, name == "submit", {}
+        # Done at `submit`, or when the episode ended itself (its step limit or timeout).
+        return STEPS_REMAINING.sub("", text), 0.0, result.done or name == "submit", {}
 
     def compute_final_reward(self) -> float:
         """The answer file's score; 0 for an episode stopped before it ended."""

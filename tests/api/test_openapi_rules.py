@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -147,3 +148,38 @@ async def test_the_reference_tools_profile_runs_a_fresh_shell_in_the_document_to
     for tools in ({"profile": "reference"}, {"shell": "persistent"}):
         assert check.is_valid({**TASK, "tools": tools}), tools
         assert (await client.post("/v1/tasks", json={**TASK, "tools": tools})).status_code == 202
+
+
+async def test_profiles_without_a_default_model_or_a_default_profile_are_said_too(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Only profile `p` (models a and b, no default model): a task names `p` and a model."""
+    toml = tmp_path / "profiles.toml"
+    toml.write_text('[profiles.p]\nbase_url = "http://127.0.0.1:9/v1"\nmodels = ["a", "b"]\n')
+    settings = make_settings(llm_base_url="", llm_profiles_file=toml, scripted_profile=False)
+    check = validator(spec_of(settings), "TaskCreate")
+    refused = [
+        TASK,
+        {**TASK, "llm": {"profile": "p"}},
+        {**TASK, "llm": {"profile": "p", "model": "c"}},
+    ]
+    accepted = {**TASK, "llm": {"profile": "p", "model": "a"}}
+    assert check.is_valid(accepted)
+    async with serve(create_app(settings)) as client:
+        for body in refused:
+            assert not check.is_valid(body), body
+            assert_error(await client.post("/v1/tasks", json=body), 422, "invalid_input")
+        assert (await client.post("/v1/tasks", json=accepted)).status_code == 202
+    arm = validator(spec_of(settings), "ArmCreate")
+    assert not arm.is_valid({"name": "a"})
+    assert arm.is_valid({"name": "a", "task": {"llm": {"profile": "p", "model": "b"}}})
+
+
+def test_a_broken_image_catalogue_does_not_break_the_document(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    broken = tmp_path / "images.toml"
+    broken.write_text("not [ toml")
+    spec = spec_of(make_settings(sandbox_images_file=broken))
+    image = spec["components"]["schemas"]["SandboxRequest"]["properties"]["image"]
+    assert image["anyOf"][0] == {"enum": ["default"]}

@@ -268,6 +268,8 @@ def _check_row(
 
 
 def _row_id(value: object) -> str | None:
+    if isinstance(value, float) and value.is_integer():  # JSON's 7.0 is the integer 7
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, str | int):
         return None
     text = str(value)
