@@ -34,12 +34,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.config import SCRIPTED_PROFILE, Settings
+from app.config import Settings
 from app.domain.image_catalogue import catalogue_or_default
 from app.domain.prompt_configs import BUILTIN, DEFAULT, known_names
-from app.domain.resolve import MAX_PATH_CHARS
+from app.domain.resolve import MAX_PATH_CHARS, profile_name
 from app.schemas.images import BUILD_NAME, BUILT_PREFIX
-from app.schemas.tasks import MAX_JSON_KEYS, RESERVED_EXTRA_BODY
+from app.schemas.tasks import MAX_JSON_KEYS, RESERVED_EXTRA_BODY, LLMOptions
 from app.scoring.python_code import PythonLimits
 from app.scoring.spec_schema import scorer_schema
 from app.services.experiments.input import MAX_ROW_ID_CHARS, SET_PER_ROW
@@ -73,8 +73,9 @@ ARM_TASK_LEAVES_OUT = (*SET_PER_ROW, "webhook")
 def apply(schema: dict[str, Any], settings: Settings) -> None:
     """Add the rules above to FastAPI's document, in place."""
     components = schema["components"]["schemas"]
-    _llm_profiles(components, settings)
-    _scorers(components, settings)
+    model_rules = _model_rules(settings)  # one per profile, for a task's llm and a judge's
+    _llm_profiles(components, settings, model_rules)
+    _scorers(components, settings, model_rules)
     _task_parts(components, settings)
     _experiment_parts(components)
     _texts(components)
@@ -104,17 +105,11 @@ NUL_FREE = (
 def _texts(components: dict[str, Any]) -> None:
     """Webhook URLs, base64 fields, NUL-free text."""
     for name, field, pattern in NUL_FREE:
-        prop = components[name]["properties"][field]
-        for branch in [prop, *prop.get("anyOf", [])]:
-            if branch.get("type") == "string":
-                branch["pattern"] = pattern
+        _string_pattern(components[name]["properties"][field], pattern)
     for name, field in WEBHOOK_URL_SCHEMAS:
         components[name]["properties"][field]["pattern"] = WEBHOOK_URL
     for name, field in BASE64_FIELDS:
-        prop = components[name]["properties"][field]
-        for branch in [prop, *prop.get("anyOf", [])]:
-            if branch.get("type") == "string":
-                branch["pattern"] = BASE64
+        _string_pattern(components[name]["properties"][field], BASE64)
     stdin = {"anyOf": [{"type": "string", "pattern": BASE64}, {"type": "null"}]}
     base64_stdin = {
         "if": {
@@ -158,6 +153,13 @@ def _query_without_nul(operation: dict[str, Any]) -> None:
             found["pattern"] = NO_NUL
 
 
+def _string_pattern(prop: dict[str, Any], pattern: str) -> None:
+    """`pattern` on the property's string form (itself, or its `anyOf` branch)."""
+    for branch in [prop, *prop.get("anyOf", [])]:
+        if branch.get("type") == "string":
+            branch["pattern"] = pattern
+
+
 def _model_rules(settings: Settings) -> list[dict[str, Any]]:
     """For each profile that limits its models (or has no default model): `if` it is the
     profile, `then` the model is one it takes."""
@@ -182,13 +184,14 @@ def _model_rules(settings: Settings) -> list[dict[str, Any]]:
 def default_profile(settings: Settings) -> str | None:
     """The profile a task that names none runs on (`resolve.profile_name`); None: it must
     name one."""
-    names = sorted(settings.llm_profiles())
-    if "default" in names:
-        return "default"
-    return SCRIPTED_PROFILE if names == [SCRIPTED_PROFILE] else None
+    profiles = settings.llm_profiles()
+    name = profile_name(LLMOptions(), profiles)
+    return name if name in profiles else None
 
 
-def _llm_profiles(components: dict[str, Any], settings: Settings) -> None:
+def _llm_profiles(
+    components: dict[str, Any], settings: Settings, rules: list[dict[str, Any]]
+) -> None:
     model = components["LLMOptions"]
     names = sorted(settings.llm_profiles())
     prop = model["properties"]["profile"]
@@ -207,18 +210,20 @@ def _llm_profiles(components: dict[str, Any], settings: Settings) -> None:
     base_url["anyOf"] = [{"type": "null"}]
     if allowed:  # exact, a trailing `/` ignored
         base_url["anyOf"].insert(0, {"enum": [u for url in allowed for u in (url, url + "/")]})
-    rules = _model_rules(settings)
-    for rule in rules:
-        if rule["if"]["properties"]["profile"]["const"] == fallback:
-            rule["if"] = {"anyOf": [rule["if"], {"not": {"required": ["profile"]}}]}
-    if rules:
-        model["allOf"] = rules
+    unnamed = {"not": {"required": ["profile"]}}  # a task naming none runs on the fallback
+    own = [
+        {**rule, "if": {"anyOf": [rule["if"], unnamed]}}
+        if rule["if"]["properties"]["profile"]["const"] == fallback
+        else rule
+        for rule in rules
+    ]
+    if own:
+        model["allOf"] = own
 
 
-def _scorers(components: dict[str, Any], settings: Settings) -> None:
+def _scorers(components: dict[str, Any], settings: Settings, rules: list[dict[str, Any]]) -> None:
     limits = PythonLimits.from_settings(settings)
     profiles = sorted(settings.llm_profiles())
-    rules = _model_rules(settings)
     every = scorer_schema(limits, profiles, rules)
     regrade = scorer_schema(limits, profiles, rules, kinds=_kinds(every) - {"verifier"})
     for name, field, spec in (
