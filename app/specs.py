@@ -43,6 +43,8 @@ class LLMSpec(_Stored):
     """The rollout's own model server (an allowed one); None: the profile's."""
     capture: bool = False
     """Token ids, log-probabilities and request messages stored per step (RL export)."""
+    tokens: Literal["chat", "continuous"] = "chat"
+    """`continuous`: the rollout's token sequence kept and continued (app.llm.token_continuous)."""
 
 
 class LimitsSpec(_Stored):

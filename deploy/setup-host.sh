@@ -124,7 +124,7 @@ fi
 log "virtualenv"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -U pip
-.venv/bin/pip install -q -e '.[dev,inspect,e2b]' 'inspect-ai==0.3.285' 'standardwebhooks==1.3.0' 'svix==2.9.1' \
+.venv/bin/pip install -q -e '.[dev,inspect,e2b,rl]' 'inspect-ai==0.3.285' 'standardwebhooks==1.3.0' 'svix==2.9.1' \
     'openapi-python-client==0.29.1' \
     -e clients/python  # the Python client, for docs/calling-services.md; inspect-ai pinned as tested
 make reference-package  # the paper's package beside it, for the listing-order test (2 MB, no litellm)

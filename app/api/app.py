@@ -36,6 +36,7 @@ from app.api import (
 from app.api.deps import open_api_resources
 from app.api.experiments import routes as experiments
 from app.api.experiments import stream as experiment_stream
+from app.api.openenv import routes as openenv
 from app.api.tasks import artifacts, files, stream
 from app.api.tasks import routes as tasks
 from app.config import Settings
@@ -47,6 +48,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     tasks.router,
     experiments.router,
     episodes.router,
+    openenv.router,
     sandboxes.router,
     artifacts.router,
     files.router,

@@ -6,6 +6,7 @@ only read them from the connection's lifespan state.
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 from collections.abc import AsyncIterator
@@ -56,13 +57,25 @@ Res = Annotated[Resources, Depends(get_resources)]
 
 
 def presented_key(conn: HTTPConnection) -> str | None:
-    """`Authorization: Bearer <key>`, or `?token=<key>` on a WebSocket (browsers set no headers)."""
+    """`Authorization: Bearer <key>`; on a WebSocket also `?token=<key>` (browsers set no
+    headers) or HTTP Basic with the key as the password (a client that sets no headers
+    sends the password of its URL, `ws://any:<key>@host/...`: OpenEnv's does)."""
     scheme, _, key = conn.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and key.strip():
         return key.strip()
-    if conn.scope["type"] == "websocket":
-        return conn.query_params.get("token") or None
-    return None
+    if conn.scope["type"] != "websocket":
+        return None
+    if scheme.lower() == "basic" and (password := _basic_password(key.strip())):
+        return password
+    return conn.query_params.get("token") or None
+
+
+def _basic_password(credentials: str) -> str | None:
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return decoded.partition(":")[2] or None
 
 
 async def current_tenant(conn: HTTPConnection, res: Res) -> str:

@@ -7,6 +7,7 @@ Only HTTP: a trainer needs httpx and this module, nothing of the server.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,3 +160,19 @@ class PackageEnv:
         function = {"name": call["name"], "arguments": raw}
         tool_call = {"id": f"call_{self.turn}", "type": "function", "function": function}
         return {"role": "assistant", "content": "", "tool_calls": [tool_call]}
+
+
+def http_client(url: str, key: str | None) -> httpx.Client:
+    """A client of the service at `url` with API key `key`, patient enough for a step
+    whose command runs long (the episode's own timeouts bound it)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(1800.0))
+
+
+def client_from_environment() -> httpx.Client:
+    """`http_client` of `SANDHIVE_URL` and `SANDHIVE_API_KEY`, which a trainer's processes
+    have when the training script passes the environment nothing else."""
+    url = os.environ.get("SANDHIVE_URL")
+    if not url:
+        raise RuntimeError("set SANDHIVE_URL (and SANDHIVE_API_KEY) or pass a client")
+    return http_client(url, os.environ.get("SANDHIVE_API_KEY"))

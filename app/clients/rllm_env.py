@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from typing import Any
 
 import httpx
 
-from app.clients.episode_env import Env, EpisodeError
+from app.clients.episode_env import Env, EpisodeError, client_from_environment
 
 PACKAGE_IMAGE = "cdx123/llm-in-sandbox:v0.1"
 """The package's default image, which is Sandhive's `default` sandbox image."""
@@ -85,7 +84,7 @@ class LLMinSandboxEnv:
     ) -> None:
         self.row = row
         self.owns_client = client is None  # made from the environment: closed by `close`
-        self.client = client or _client_from_environment()
+        self.client = client or client_from_environment()
         self.input_dir = input_dir or f"{WORKDIR}/documents"
         self.output_dir = output_dir or WORKDIR
         self.env = Env(self.client, self._spec(image, max_steps))
@@ -109,7 +108,7 @@ class LLMinSandboxEnv:
     def reset(self) -> tuple[str, dict[str, Any]]:
         """A new episode (the previous one closed): the task and the row."""
         if self.client.is_closed:  # reset again after `close`
-            self.client = self.env.client = _client_from_environment()
+            self.client = self.env.client = client_from_environment()
         self.env.reset()
         return str(self.row["problem_statement"]), {"extra_info": self.row}
 
@@ -199,12 +198,3 @@ def _call_of(action: Any) -> tuple[str, dict[str, Any]]:
 
 def _base64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def _client_from_environment() -> httpx.Client:
-    url = os.environ.get("SANDHIVE_URL")
-    if not url:
-        raise RuntimeError("set SANDHIVE_URL (and SANDHIVE_API_KEY) or pass a client")
-    key = os.environ.get("SANDHIVE_API_KEY")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(1800.0))

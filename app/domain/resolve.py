@@ -141,7 +141,8 @@ def _resolve_llm(llm: LLMOptions, settings: Settings, problems: list[Problem]) -
         ),
         extra_body=llm.extra_body,
         base_url=_allowed_base_url(llm.base_url, settings, problems),
-        capture=_capture(llm.capture, profile, problems),
+        capture=_capture(llm.capture or llm.tokens == "continuous", profile, problems),
+        tokens=llm.tokens,
     )
 
 

@@ -119,6 +119,35 @@ def _turn(
     }
 
 
+def flattened(turns: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """One token sequence for the whole rollout, and its loss mask: the last prompt and
+    completion, 1 on every token a model call sampled, 0 on what the environment added,
+    with each sampled token's logprob (null elsewhere). Only when every turn's prompt
+    starts with the previous turn's prompt and completion (token-continuous rollouts
+    always do); otherwise None and why (the first turn that breaks it)."""
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float | None] = []
+    for n, turn in enumerate(turns):
+        prompt, completion = turn.get("prompt_token_ids"), turn.get("completion_token_ids")
+        if prompt is None or completion is None:
+            return None, f"turn {n} has no token ids"
+        if list(prompt[: len(ids)]) != ids:
+            return (
+                None,
+                f"turn {n}'s prompt does not start with turn {n - 1}'s prompt and completion",
+            )
+        added = len(prompt) - len(ids)
+        sampled = turn.get("logprobs")
+        sampled = list(sampled) if sampled and len(sampled) == len(completion) else None
+        ids += [*prompt[len(ids) :], *completion]
+        mask += [0] * added + [1] * len(completion)
+        logprobs += [None] * added + (sampled or [None] * len(completion))
+    if not ids:
+        return None, "no model call"
+    return {"token_ids": ids, "loss_mask": mask, "logprobs": logprobs}, None
+
+
 @dataclass(frozen=True)
 class GroupStats:
     """One GRPO group's rewards (a dataset row under one arm, over its attempts)."""

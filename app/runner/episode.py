@@ -139,6 +139,7 @@ class Runner:
         header = s.llm_session_header if tell_session else ""
         return model_for_profile(
             profile,
+            continuous=llm.tokens == "continuous",
             model=llm.model,
             temperature=llm.temperature,
             max_tokens=llm.max_tokens_per_call,

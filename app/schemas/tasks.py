@@ -190,6 +190,11 @@ class LLMOptions(_Strict):
     """Ask for and store per step the sampled tokens' log-probabilities (`logprobs`), the
     prompt and completion token ids where the server returns them (vLLM's and SGLang's
     `return_token_ids`) and the exact request messages, for `GET .../export` (RL)."""
+    tokens: Literal["chat", "continuous"] = "chat"
+    """`chat`: each turn is a chat completion. `continuous`: the service keeps the rollout's
+    token sequence and asks the server's completions endpoint to continue it, so every
+    turn's prompt starts with the previous prompt and completion token for token (a
+    server with llama.cpp's `/apply-template` and `/tokenize`; implies `capture`; docs/rl.md)."""
 
 
 class Limits(_Strict):

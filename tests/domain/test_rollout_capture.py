@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from app.domain.rollout_capture import ADVANTAGE_EPS, Compactor, group_stats, rebuild
+from app.domain.rollout_capture import (
+    ADVANTAGE_EPS,
+    Compactor,
+    flattened,
+    group_stats,
+    rebuild,
+)
 
 
 def capture(request: list[dict[str, Any]], answer: str, prompt: list[int] | None) -> dict[str, Any]:
@@ -67,3 +73,31 @@ def test_group_statistics_and_advantages() -> None:
     assert (same.std, same.advantage(0.5)) == (0.0, 0.0)
     empty = group_stats([])
     assert (empty.n, empty.mean, empty.advantage(1.0)) == (0, None, None)
+
+
+def test_a_continuous_rollout_flattens_into_one_sequence_and_its_mask() -> None:
+    turns = [
+        {"prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "logprobs": [-0.1, -0.2]},
+        {"prompt_token_ids": [1, 2, 3, 4, 5], "completion_token_ids": [6], "logprobs": [-0.3]},
+    ]
+    sequence, broken = flattened(turns)
+    assert broken is None
+    assert sequence == {
+        "token_ids": [1, 2, 3, 4, 5, 6],
+        "loss_mask": [0, 0, 1, 1, 0, 1],
+        "logprobs": [None, None, -0.1, -0.2, None, -0.3],
+    }
+
+
+def test_a_broken_boundary_or_missing_ids_give_no_sequence_and_say_where() -> None:
+    drift = [
+        {"prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": None},
+        {"prompt_token_ids": [1, 2, 9, 5], "completion_token_ids": [6], "logprobs": None},
+    ]
+    assert flattened(drift) == (
+        None,
+        "turn 1's prompt does not start with turn 0's prompt and completion",
+    )
+    no_prompt = [{"prompt_token_ids": None, "completion_token_ids": [3], "logprobs": None}]
+    assert flattened(no_prompt) == (None, "turn 0 has no token ids")
+    assert flattened([]) == (None, "no model call")

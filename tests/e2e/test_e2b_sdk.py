@@ -21,22 +21,17 @@ from e2b import (
 )
 
 from app.config import Settings
-from tests.support.processes import Service, run_app, running_service, settings_env
+from tests.support.processes import Service, api_key, keyed_service
 
 
 @pytest.fixture
 def service(settings: Settings, tmp_path: Path) -> Iterator[Service]:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    with running_service(settings.model_copy(update={"auth": "keys"}), logs) as svc:
+    with keyed_service(settings, tmp_path) as svc:
         yield svc
 
 
 def key_for(settings: Settings, tenant: str, cwd: Path) -> str:
-    env = settings_env(settings.model_copy(update={"auth": "keys"}))
-    made = run_app("keys", "create", "--tenant", tenant, env=env, cwd=cwd)
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip()
+    return api_key(settings.model_copy(update={"auth": "keys"}), tenant, cwd)
 
 
 def point_sdk_at(monkeypatch: pytest.MonkeyPatch, service: Service, key: str) -> None:

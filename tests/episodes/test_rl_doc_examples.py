@@ -54,9 +54,13 @@ def live(make_episode_settings: Any, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def run_block(code: str, base_url: str, **names: Any) -> dict[str, Any]:
-    assert DOC_URL in code, "the example no longer names the server's address"
+    """Run the example with the server's address (host and port, wherever the URL has
+    them: `http://trainer:sk-...@localhost:8000` too) put in."""
+    host = DOC_URL.removeprefix("http://")
+    assert host in code, "the example no longer names the server's address"
     scope: dict[str, Any] = {"my_policy": my_policy, **names}
-    exec(compile(code.replace(DOC_URL, base_url), str(RL_DOC), "exec"), scope)
+    code = code.replace(host, base_url.removeprefix("http://"))
+    exec(compile(code, str(RL_DOC), "exec"), scope)
     return scope
 
 
@@ -99,3 +103,24 @@ async def test_the_client_example_runs_eight_rollouts_at_once(
     scope = run_block(example, live.base_url, SPEC=spec)
     await scope["main"]()
     assert capsys.readouterr().out.strip() == str([1.0] * 8)
+
+
+async def test_the_openenv_example_runs_and_gets_the_reward(
+    live: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (example,) = python_blocks("OpenEnv: `/v1/openenv`")
+    await asyncio.to_thread(run_block, example, live.base_url)
+    observation, ending = capsys.readouterr().out.strip().rsplit("\n", 1)
+    assert observation.startswith("Exit code: 0\n")
+    assert observation.endswith("Steps Remaining: 99")
+    assert ending == "True 1.0"
+
+
+async def test_the_skyrl_example_runs_and_gets_the_reward(
+    live: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (example,) = python_blocks("SkyRL-gym's text environment")
+    await asyncio.to_thread(run_block, example, live.base_url)
+    observations, reward = capsys.readouterr().out.strip().rsplit("\n", 1)
+    assert observations.startswith("[{'role': 'user', 'content': 'Exit code: 0")
+    assert reward == "1.0"

@@ -12,7 +12,9 @@ import pytest
 
 from app.agent.types import Completion
 from app.domain.rollout_capture import Compactor, rebuild
+from app.errors import LLMError
 from app.llm.openai import OpenAIChatModel
+from app.llm.token_continuous import TokenContinuousModel
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.scripted.tokens import prompt_ids
 from tests.llm.support import TOOLS, USER, planned_server, register
@@ -187,3 +189,22 @@ async def test_llama_cpps_ids_in_its_logprob_entries_are_the_completion_ids() ->
     assert got["token_ids"] == [566, 17]
     assert got["logprobs"] == [-0.25, -1.5]
     assert got["prompt_token_ids"] is None
+
+
+async def test_token_continuous_mode_names_what_a_server_without_a_template_lacks(
+    llm_server: ScriptedLLMServer,
+) -> None:
+    """The scripted server speaks chat completions only: the token-continuous client fails
+    the first call with an error naming the route it needs, after no retry (a 404 heals
+    nothing)."""
+    model = TokenContinuousModel(
+        base_url=llm_server.base_url, api_key="k", model="m", max_retries=3, backoff_s=0.01
+    )
+    try:
+        with pytest.raises(
+            LLMError, match=r"needs the server.s /apply-template .*: /apply-template: .*HTTP 404"
+        ) as failed:
+            await model.complete([{"role": "user", "content": USER}], TOOLS)
+    finally:
+        await model.aclose()
+    assert failed.value.details["attempts"] == 1

@@ -221,6 +221,7 @@ async def test_every_route_is_either_public_or_behind_a_key(keyed_settings: Sett
     assert websocket_routes == {
         "/v1/tasks/{task_id}/stream",
         "/v1/experiments/{experiment_id}/stream",
+        "/v1/openenv/ws",  # refuses at the handshake: tests/episodes/test_openenv.py and below
     }
 
 
@@ -282,6 +283,12 @@ async def test_websocket_and_sse_refuse_missing_bad_and_revoked_keys(
             async with asyncio.timeout(WAIT_S), websockets.connect(good) as ws:
                 first = await ws.recv()
             assert '"item.started"' in str(first)
+            # OpenEnv's session refuses before the upgrade: an HTTP 401, no socket.
+            for token in ("", "garbage", tenant_keys.revoked):
+                url = f"{live.ws_url}/v1/openenv/ws?token={token}"
+                with pytest.raises(websockets.InvalidStatus) as refused:
+                    await websockets.connect(url)
+                assert refused.value.response.status_code == 401, token
 
 
 async def test_another_tenants_ids_answer_exactly_like_unknown_ones(

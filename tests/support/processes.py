@@ -68,6 +68,13 @@ def _text(output: IO[bytes]) -> str:
     return output.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
+def api_key(settings: Settings, tenant: str, cwd: Path) -> str:
+    """A new API key of `tenant`, made by `sandhive keys create` on these settings' database."""
+    made = run_app("keys", "create", "--tenant", tenant, env=settings_env(settings), cwd=cwd)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
 @dataclass
 class Service:
     base_url: str
@@ -123,6 +130,15 @@ def running_service(settings: Settings, log_dir: Path) -> Iterator[Service]:
     finally:
         _stop(worker)
         _stop(api)
+
+
+@contextmanager
+def keyed_service(settings: Settings, tmp_path: Path) -> Iterator[Service]:
+    """`running_service` with API keys on (`api_key` makes one), its logs in tmp_path/logs."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with running_service(settings.model_copy(update={"auth": "keys"}), logs) as service:
+        yield service
 
 
 @contextmanager

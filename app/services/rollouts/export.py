@@ -21,7 +21,7 @@ from sqlalchemy.orm import load_only
 
 from app.db import models
 from app.db.engine import Sessions
-from app.domain.rollout_capture import rebuild
+from app.domain.rollout_capture import flattened, rebuild
 from app.domain.rollout_groups import Member, groups_of, rollouts_by_task
 from app.errors import NotFound
 from app.schemas.lines import one_line
@@ -290,6 +290,7 @@ def rollout_line(record: Record) -> dict[str, Any]:
     rollout = rebuild(captured) if captured else None
     by_index = {turn["index"]: turn for turn in rollout.turns} if rollout else {}
     item, group, member = placed if placed is not None else (None, None, None)
+    sequence, broken = flattened(rollout.turns) if rollout else (None, None)
     return {
         "task_id": task.id,
         "experiment_id": item.experiment_id if item else None,
@@ -316,6 +317,8 @@ def rollout_line(record: Record) -> dict[str, Any]:
         "messages": rollout.messages if rollout else None,
         "mask": [int(g) for g in rollout.generated] if rollout else None,
         "turns": [_turn(step, by_index.get(int(step["index"]))) for step in steps],
+        "sequence": sequence,
+        "sequence_break": broken,
     }
 
 

@@ -1,0 +1,1 @@
+"""`/v1/openenv`: episodes served to OpenEnv's clients (its WebSocket session protocol)."""
