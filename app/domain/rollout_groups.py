@@ -58,6 +58,15 @@ def is_infrastructure(item: Graded) -> bool:
     return item.status == "error" and item.error_kind == "infrastructure"
 
 
+def why_excluded(item: Graded) -> str | None:
+    """Why an item has no reward (`GroupOut.excluded`'s keys); None when it has one."""
+    if reward_of(item) is not None:
+        return None
+    if item.status == "error":
+        return str(item.error_kind or "infrastructure")
+    return "unfinished"
+
+
 def groups_of(members: Iterable[Member]) -> list[GroupOut]:
     """The groups, in the order their first member comes; rollouts by attempt."""
     by_group: dict[tuple[str, str], list[Member]] = {}
@@ -88,6 +97,10 @@ def _group(arm: str, row_id: str, members: list[Member]) -> GroupOut:
         )
         for m in members
     ]
+    excluded: dict[str, int] = {}
+    for m in members:
+        if (why := why_excluded(m.graded)) is not None:
+            excluded[why] = excluded.get(why, 0) + 1
     return GroupOut(
         group_id=group_id(arm, row_id),
         row_id=row_id,
@@ -95,5 +108,6 @@ def _group(arm: str, row_id: str, members: list[Member]) -> GroupOut:
         n=stats.n,
         mean=stats.mean,
         std=stats.std,
+        excluded=excluded,
         rollouts=rollouts,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from app.schemas.tasks import WireModel
 
 
@@ -49,6 +51,11 @@ class GroupOut(WireModel):
     """Mean reward of those; null when none has one yet."""
     std: float | None
     """Their population standard deviation (divided by n); null when none has a reward."""
+    excluded: dict[str, int] = Field(default_factory=dict)
+    """Rollouts left out of `n`, `mean` and `std`, by why: `infrastructure` (the service
+    failed them, after the experiment's `infrastructure_retries` ran them again),
+    `scorer` (every try to score them failed), `unfinished` (pending, running or
+    cancelled). Empty when every rollout has a reward."""
     rollouts: list[RolloutOut]
     """Every attempt of the row under the arm, by attempt."""
 

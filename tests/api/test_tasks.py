@@ -67,6 +67,7 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
         "extra_body": {},
         "base_url": None,
         "capture": False,
+        "tokens": "chat",
     }
     assert task["limits"] == {
         "max_steps": api_settings.default_max_steps,

@@ -111,8 +111,8 @@ def batch_keys_fit(ctx: Any, case: Any) -> Any:
 def _fit_task(task: dict[str, Any], *, vanilla: bool = False) -> None:
     """A tenant's own image (`built/NAME`) must have been built: the catalogue's stands in.
     A task's own webhook is signed with a subscription's secret, which the tenant may lack.
-    Input files' paths must differ, and a vanilla task's files are text (its message
-    embeds them)."""
+    Input files' paths must differ (and the verifier's), and a vanilla task's files are
+    text (its message embeds them)."""
     if isinstance(task.get("metadata"), dict):
         task["metadata"] = _no_nul(task["metadata"])
     if isinstance(task.get("llm"), dict) and isinstance(task["llm"].get("extra_body"), dict):
@@ -128,6 +128,10 @@ def _fit_task(task: dict[str, Any], *, vanilla: bool = False) -> None:
             item["path"] = f"file{i}.txt"
             if vanilla:
                 item["content_base64"] = "aGk="
+    verifier = task.get("verifier")
+    for i, item in enumerate(verifier.get("files") or [] if isinstance(verifier, dict) else []):
+        if isinstance(item, dict):
+            item["path"] = f"check{i}.sh"  # the verifier's files' paths must differ too
 
 
 @schemathesis.hook("map_case").apply_to(method="POST", path="/v1/episodes/{episode_id}/step")

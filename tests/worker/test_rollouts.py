@@ -186,6 +186,7 @@ async def test_four_captured_attempts_export_what_the_trainers_server_sent(
 
     groups = (await api.get(f"{url}/results")).json()["groups"]
     assert [(g["group_id"], g["n"]) for g in groups] == [("mixed:q1", 4), ("right:q1", 4)]
+    assert [g["excluded"] for g in groups] == [{}, {}]
     assert groups[0]["mean"] == pytest.approx(0.75)
     assert groups[0]["std"] == pytest.approx(std)
     advantages = {r["task_id"]: r["advantage"] for g in groups for r in g["rollouts"]}
