@@ -53,6 +53,10 @@ VERIFIED_ENDS = frozenset(
 )
 SandboxHook = Callable[[DockerSandbox | None], None]
 """Told a task's sandbox once it is ready to run, and None before it is removed."""
+REMOVALS_AT_ONCE = 2
+"""Background removals that run at once (the rest wait their turn): a hundred episodes
+ending together would otherwise make runc and dockerd take both cores from the steps
+and final steps of the episodes still open."""
 T = TypeVar("T")
 FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
@@ -111,6 +115,7 @@ class Runner:
         """Remove a finished episode's sandbox after `play` returns (`drain` waits for it):
         the task's end is not held up by Docker's teardown (~0.1 s of a K=10 task)."""
         self._removals: set[asyncio.Task[None]] = set()
+        self._removing_at_once = asyncio.Semaphore(REMOVALS_AT_ONCE)
         self.sandbox_caps = sandbox_caps(settings)
         self.collect_caps = CollectCaps(
             max_files=settings.artifact_max_files,
@@ -332,11 +337,12 @@ class Runner:
         waits for the start (`PendingSandbox`), whose failure ends the loop as a
         `sandbox_error` (a timeout past the deadline). `synchronous_sandbox`: the sandbox
         is ready before the loop starts (an RL episode: its trainer is handed the first
-        turn of a sandbox that exists). Its removal is as any episode's: in the background
-        when the runner removes so, so an RL episode's final step answers without waiting
-        for Docker's teardown (~0.2 s); the removals in flight are bounded by the worker's
-        slots (`_dispose`), so a trainer that opens its next episode at once stays near its
-        cap.
+        turn of a sandbox that exists). Its removal is always in the background when the
+        runner removes so, so an RL episode's final step answers without waiting for
+        Docker's teardown (~0.2 s, seconds when a hundred end at once); the episode server
+        counts the removals in flight (`removing`) against its slots instead, so the
+        containers never run ahead of them. A task's removals are bounded by the worker's
+        slots (`_dispose`).
 
         The task's wall clock (`agent.timeout_s`) covers all of it: the sandbox start,
         the loop and the collection (which still gets `collect_grace_s` after a timeout,
@@ -377,7 +383,7 @@ class Runner:
             record.finish_reason = FinishReason.timeout
             record.error = timeout_error(episode.agent.timeout_s)
         finally:
-            await self._release(starting, on_sandbox)
+            await self._release(starting, on_sandbox, unbounded=synchronous_sandbox)
         return result
 
     async def verify_reply(self, episode: Episode, result: EpisodeResult) -> dict[str, Any]:
@@ -422,6 +428,8 @@ class Runner:
         self,
         starting: asyncio.Future[DockerSandbox],
         on_sandbox: SandboxHook | None,
+        *,
+        unbounded: bool = False,
     ) -> None:
         """Remove the episode's sandbox once its start is over: a loop that ended early
         (the model failed, a cancel) waits for the start rather than leave a container."""
@@ -439,20 +447,32 @@ class Runner:
             return
         if on_sandbox is not None:
             on_sandbox(None)
-        await self._dispose(starting.result())
+        await self._dispose(starting.result(), unbounded=unbounded)
 
-    async def _dispose(self, box: DockerSandbox, *, now: bool = False) -> None:
+    @property
+    def removing(self) -> int:
+        """Sandboxes being removed in the background now."""
+        return len(self._removals)
+
+    async def _dispose(
+        self, box: DockerSandbox, *, now: bool = False, unbounded: bool = False
+    ) -> None:
         """Remove the sandbox now, or in a task `drain` waits for. Either way its labels and
         its deadline (`AutoRemove`) keep the guarantee if this process dies first."""
         # Bounded: past one removal per worker slot, the next waits for its own, so the
-        # live containers never run far ahead of the slots when Docker is slow.
-        backlog = len(self._removals) >= self.settings.worker_concurrency
+        # live containers never run far ahead of the slots when Docker is slow (unless
+        # the caller counts `removing` against its own slots: the episode server).
+        backlog = not unbounded and len(self._removals) >= self.settings.worker_concurrency
         if now or backlog or not self._remove_in_background:
             await _remove_quietly(box)
             return
-        removal = asyncio.create_task(_remove_quietly(box))
+        removal = asyncio.create_task(self._remove_in_turn(box))
         self._removals.add(removal)
         removal.add_done_callback(self._removals.discard)
+
+    async def _remove_in_turn(self, box: DockerSandbox) -> None:
+        async with self._removing_at_once:
+            await _remove_quietly(box)
 
     async def drain(self) -> None:
         """Until every background removal has ended (the runner's owner closes after it)."""

@@ -47,3 +47,25 @@ async def test_a_full_worker_refuses_the_next_episode_at_once(
                     break
                 await asyncio.sleep(0.1)
             assert again.status_code == 201, again.text
+
+
+async def test_as_many_episodes_as_slots_open_while_others_start(
+    make_episode_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """An episode being opened holds one slot, not two: with 8 slots, 8 opens, two in
+    flight at a time as a trainer's gated opens are, all go through (the bench at 128
+    found 12 of 128 refused while a starting episode was counted both as opening and as
+    open)."""
+    settings = make_episode_settings(episode_slots=8, episode_open_timeout_s=60.0)
+    gate = asyncio.Semaphore(2)
+    with ready_worker(settings, tmp_path / "worker.log"):
+        async with serve(create_app(settings)) as api:
+            api.timeout = httpx.Timeout(120.0)
+
+            async def one(n: int) -> httpx.Response:
+                async with gate:
+                    return await api.post("/v1/episodes", json={"prompt": f"p{n}"}, headers=ALICE)
+
+            await open_episode(api, prompt="warm")  # the worker has told its free slots
+            opened = await asyncio.gather(*(one(n) for n in range(7)))
+            assert [r.status_code for r in opened] == [201] * 7, [r.text for r in opened]

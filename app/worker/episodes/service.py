@@ -83,9 +83,14 @@ class EpisodeServer:
                 log.exception("episodes (%s) failed", name)
                 await self._pause(PAUSE_S)
 
+    def _held(self) -> int:
+        """Slots in use: open, opening, scoring, and ended episodes whose sandboxes are still
+        being removed (in the background, after the final step answered)."""
+        return len(self.live) + self.opening + self.scoring + self.ctx.runner.removing
+
     async def _open_one(self, group: asyncio.TaskGroup) -> None:
         await self._tell_free()
-        if len(self.live) + self.opening + self.scoring >= self.ctx.settings.episode_slots:
+        if self._held() >= self.ctx.settings.episode_slots:
             await asyncio.sleep(BLOCK_MS / 1000)
             return
         request = await bus.claim_open(self.ctx.redis, self.ctx.name, block_ms=BLOCK_MS)
@@ -102,6 +107,7 @@ class EpisodeServer:
         group.create_task(self._open(request))
 
     async def _open(self, request: bus.OpenRequest) -> None:
+        counted = True  # in `self.opening` until it is in `self.live`: one slot, never two
         try:
             opening = await rows.assign(self.ctx.sessions, request.episode_id, self.ctx.name)
             if opening is None:  # ended (the API gave up) before a worker got to it
@@ -109,6 +115,7 @@ class EpisodeServer:
                 return
             episode = LiveEpisode(self.ctx.runner, opening, self.ctx.name, self.ctx.instance)
             self.live[episode.id] = episode
+            self.opening, counted = self.opening - 1, False
             async with episode.lock:
                 reply = await episode.start()
                 if reply["done"]:
@@ -116,6 +123,9 @@ class EpisodeServer:
             await self._answer(request.reply, reply)
         except Exception as exc:
             log.exception("could not open episode %s", request.episode_id)
+            if (started := self.live.pop(request.episode_id, None)) is not None:
+                with suppress(Exception):  # its slot freed, whatever of its sandbox started
+                    await started.close()
             try:
                 await rows.end(
                     self.ctx.sessions,
@@ -129,14 +139,15 @@ class EpisodeServer:
                 log.exception("could not end episode %s", request.episode_id)
             await self._answer(request.reply, {"failure": "could not open"})
         finally:
-            self.opening -= 1
+            if counted:
+                self.opening -= 1
 
     async def _tell_free(self) -> None:
         """Tell the API how many episodes it may still open here when that changed (and
         every few seconds, so it does not lapse): an open that no worker has room for is
         then a 429 at once, not a wait for the open timeout."""
         s = self.ctx.settings
-        free = max(0, s.episode_slots - len(self.live) - self.opening - self.scoring)
+        free = max(0, s.episode_slots - self._held())
         now = time.monotonic()
         if free == self.told_free and now - self.told_at < s.worker_heartbeat_s:
             return
