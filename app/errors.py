@@ -140,6 +140,14 @@ class LLMError(AppError):
     status, code = 502, "llm_error"
 
 
+class ContextOverflow(LLMError):
+    """The model's server refused the conversation as longer than its context window, with
+    no smaller `max_tokens` left to fit: the model's budget used up (the task ends
+    `context_limit`, as over its own `max_context_tokens`), not the service failing."""
+
+    code = "context_limit"
+
+
 class NotInstalled(AppError):
     """This server lacks the optional package the request needs (its message names the
     extra to install)."""

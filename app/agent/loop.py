@@ -42,7 +42,7 @@ from app.agent.types import (
     Step,
     ToolCall,
 )
-from app.errors import LLMError, SandboxError
+from app.errors import ContextOverflow, LLMError, SandboxError
 from app.states import FinishReason, timeout_error
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,8 @@ async def run_to_end(
             result = await work
     except TimeoutError:
         _finish(outcome, FinishReason.timeout, timeout_error(timeout_s))
+    except ContextOverflow as exc:  # the server's window, not ours: the model's budget too
+        _finish(outcome, FinishReason.context_limit, exc.message)
     except LLMError as exc:
         _finish(outcome, FinishReason.llm_error, exc.message)
     except SandboxError as exc:

@@ -67,8 +67,8 @@ class SandhiveTextEnv(BaseTextEnv):  # type: ignore[misc]
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        config = dict(env_config or {})
-        self.extras = dict(extras or {})
+        config = _plain(env_config)
+        self.extras = _plain(extras)
         info = dict(self.extras.get("extra_info") or {})
         self.info = info
         self.reward_spec = dict(self.extras.get("reward_spec") or {})
@@ -76,10 +76,12 @@ class SandhiveTextEnv(BaseTextEnv):  # type: ignore[misc]
         self.observation_role = str(config.get("observation_role", "user"))
         if self.observation_role not in ("user", "tool"):
             raise ValueError(f"observation_role is user or tool, not {self.observation_role!r}")
+        episode = dict(config.get("episode") or {})
+        limits = {"max_steps": self.max_turns, **dict(episode.pop("limits", None) or {})}
         self.episode_spec: dict[str, Any] = {
             "tools": {"profile": "reference"},
-            "limits": {"max_steps": self.max_turns},
-            **dict(config.get("episode") or {}),
+            **episode,
+            "limits": limits,
         }
         self.client = _client(config)
         self.env = Env(self.client, self.episode_spec)
@@ -146,6 +148,21 @@ class SandhiveTextEnv(BaseTextEnv):  # type: ignore[misc]
                 raise
         self.env.close()
         return 0.0
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """A dict of plain values from what SkyRL passes: an OmegaConf `DictConfig` (its
+    environment config, nested) or a dict."""
+    if value is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf  # skyrl-gym's own dependency
+    except ImportError:
+        return dict(value)
+    if OmegaConf.is_config(value):
+        plain: Any = OmegaConf.to_container(value, resolve=True)
+        return {str(key): item for key, item in plain.items()} if isinstance(plain, dict) else {}
+    return dict(value)
 
 
 def _last_user(prompt: list[dict[str, Any]]) -> str:

@@ -45,6 +45,25 @@ def is_context_error(status: int | None, text: str) -> bool:
     return "token" in lowered and any(w in lowered for w in ("exceed", "limit", "maximum"))
 
 
+PROMPT_TOO_LONG = re.compile(
+    r"prompt is too long|input is too long|exceeds the available context size", re.IGNORECASE
+)
+"""Texts that say the conversation itself does not fit (Anthropic, others, llama.cpp)."""
+
+
+def is_overflow(status: int | None, text: str) -> bool:
+    """The conversation itself is longer than the model's window: its budget used up, not a
+    setting to fix. Only an unambiguous refusal (a 400/413/422 that says the prompt is too
+    long, or names an input at least as large as the window): a `max_tokens` over what the
+    model allows, or a tokens-per-minute quota, is not."""
+    if status not in (400, 413, 422) or not is_context_error(status, text):
+        return False
+    if PROMPT_TOO_LONG.search(text):
+        return True
+    limits = parse_limits(text)
+    return limits is not None and limits[1] >= limits[0]
+
+
 def parse_limits(text: str) -> tuple[int, int] | None:
     """(context limit, input tokens) named by the error, or None."""
     for pattern in _LIMIT_AND_INPUT:

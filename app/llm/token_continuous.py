@@ -75,8 +75,14 @@ class TokenContinuousModel(HTTPChatModel):
             lambda failure: self._shrink_max_tokens(body, failure),
         )
         data = _json(response, self, attempt)
-        choice = data["choices"][0]
-        ids = _ints(choice.get("token_ids")) or sampled_ids(choice.get("logprobs"))
+        try:
+            choice = data["choices"][0]
+            ids = _ints(choice.get("token_ids")) or sampled_ids(choice.get("logprobs"))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            excerpt = self._endpoint.excerpt(response.text)
+            raise self._endpoint.error(
+                f"malformed completion ({exc!r}): {excerpt}", response.status_code, attempt
+            ) from exc
         if ids is None:
             raise self._endpoint.error(
                 "the server sent no token ids", response.status_code, attempt
@@ -113,12 +119,14 @@ class TokenContinuousModel(HTTPChatModel):
         if tools:
             body["tools"] = list(tools)
         data = _json(await self._call("/apply-template", body), self, 1)
+        if not isinstance(data, dict) or not isinstance(data.get("prompt"), str):
+            raise LLMError("token-continuous: /apply-template sent no prompt")
         return str(data["prompt"])
 
     async def _tokenize(self, text: str, *, special: bool) -> list[int]:
         body = {"content": text, "add_special": special, "parse_special": True}
         data = _json(await self._call("/tokenize", body), self, 1)
-        tokens = _ints(data.get("tokens"))
+        tokens = _ints(data.get("tokens")) if isinstance(data, dict) else None
         if tokens is None:
             raise LLMError("token-continuous: /tokenize sent no token ids")
         return tokens
@@ -129,8 +137,12 @@ class TokenContinuousModel(HTTPChatModel):
         try:
             response, _ = await self._with_retries(lambda: self._post(url, body), lambda _f: False)
         except LLMError as exc:
-            needs = "token-continuous mode needs the server's /apply-template and /tokenize"
-            raise LLMError(f"{needs} (llama.cpp's): {route}: {exc.message}", exc.details) from exc
+            status = exc.details.get("status") if isinstance(exc.details, dict) else None
+            said = f"token-continuous: {route}: {exc.message}"
+            if status in (404, 405, 501):
+                needs = "token-continuous mode needs the server's /apply-template and /tokenize"
+                said = f"{needs} (llama.cpp's): {route}: {exc.message}"
+            raise LLMError(said, exc.details) from exc
         return response
 
     async def _post(self, url: str, body: dict[str, Any]) -> httpx.Response | Failure:

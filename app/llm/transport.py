@@ -23,8 +23,8 @@ from typing import Any, Required, TypedDict, TypeVar, Unpack
 import httpx
 
 from app import defaults
-from app.errors import LLMError
-from app.llm.recovery import MAX_RECOVERIES, is_context_error, next_max_tokens
+from app.errors import ContextOverflow, LLMError
+from app.llm.recovery import MAX_RECOVERIES, is_context_error, is_overflow, next_max_tokens
 
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0
@@ -146,12 +146,15 @@ class Endpoint:
             text = text.replace(self.api_key, "***")
         return " ".join(text.split())[:EXCERPT_CHARS] or "(empty body)"
 
-    def error(self, description: str, status: int | None, attempts: int) -> LLMError:
-        """The LLMError for this endpoint, naming what failed and how often it was tried."""
+    def error(
+        self, description: str, status: int | None, attempts: int, *, overflow: bool = False
+    ) -> LLMError:
+        """The LLMError for this endpoint, naming what failed and how often it was tried
+        (`ContextOverflow` when the server refused the conversation's length)."""
         endpoint = redact_url(self.url)
         message = f"LLM endpoint {endpoint}: {description} (after {attempts} attempt(s))"
         details = {"endpoint": endpoint, "status": status, "attempts": attempts}
-        return LLMError(message, details)
+        return (ContextOverflow if overflow else LLMError)(message, details)
 
     def http_failure(self, response: httpx.Response) -> Failure:
         """A non-2xx answer: 429 and 5xx may heal, other statuses will not."""
@@ -216,7 +219,8 @@ async def with_retries(
         failed += 1
         first = first or outcome
         if not outcome.retryable or failed == attempts:
-            raise endpoint.error(_told(first, outcome), outcome.status, failed)
+            overflow = is_overflow(outcome.status, outcome.body)
+            raise endpoint.error(_told(first, outcome), outcome.status, failed, overflow=overflow)
         await asyncio.sleep(retry_delay(failed, backoff_s, outcome.retry_after_s))
 
 

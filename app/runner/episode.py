@@ -57,6 +57,7 @@ REMOVALS_AT_ONCE = 2
 """Background removals that run at once (the rest wait their turn): a hundred episodes
 ending together would otherwise make runc and dockerd take both cores from the steps
 and final steps of the episodes still open."""
+REMOVAL_WAIT_S = 120.0
 T = TypeVar("T")
 FIRST = asyncio.FIRST_COMPLETED
 log = logging.getLogger(__name__)
@@ -471,8 +472,17 @@ class Runner:
         removal.add_done_callback(self._removals.discard)
 
     async def _remove_in_turn(self, box: DockerSandbox) -> None:
+        """A background removal, `REMOVALS_AT_ONCE` at a time; one Docker does not answer
+        gives its turn up after `REMOVAL_WAIT_S` (its labels and `AutoRemove` deadline see
+        to the container) rather than hold every later one."""
         async with self._removing_at_once:
-            await _remove_quietly(box)
+            try:
+                async with asyncio.timeout(REMOVAL_WAIT_S):
+                    await _remove_quietly(box)
+            except TimeoutError:
+                log.warning(
+                    "removing sandbox %s took over %s s; left to the reaper", box.id, REMOVAL_WAIT_S
+                )
 
     async def drain(self) -> None:
         """Until every background removal has ended (the runner's owner closes after it)."""

@@ -54,8 +54,8 @@ class GroupOut(WireModel):
     excluded: dict[str, int] = Field(default_factory=dict)
     """Rollouts left out of `n`, `mean` and `std`, by why: `infrastructure` (the service
     failed them, after the experiment's `infrastructure_retries` ran them again),
-    `scorer` (every try to score them failed), `unfinished` (pending, running or
-    cancelled). Empty when every rollout has a reward."""
+    `scorer` (every try to score them failed), `unfinished` (pending, running,
+    being scored or cancelled). Empty when every rollout has a reward."""
     rollouts: list[RolloutOut]
     """Every attempt of the row under the arm, by attempt."""
 

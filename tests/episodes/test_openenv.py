@@ -70,6 +70,8 @@ async def test_openenvs_mcp_client_runs_the_three_tools_and_gets_the_reward_at_s
         assert sorted(tools) == ["execute_bash", "str_replace_editor", "submit"]
         assert tools["execute_bash"].input_schema["required"] == ["command"]
         assert (opened.done, opened.reward) == (False, None)
+        first = opened.observation.metadata["messages"]  # where MCPToolClient keeps them
+        assert [m["role"] for m in first] == ["system", "user"]
         assert {t.name for t in await env.list_tools(use_cache=False)} == set(tools)
 
         text = await env.call_tool("execute_bash", command="echo 42 > " + ANSWER + "; echo hi")

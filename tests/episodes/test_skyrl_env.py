@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import skyrl_gym
+from omegaconf import OmegaConf
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 
 from app.agent.tools import NO_TOOL_CALL_NUDGE
@@ -33,10 +34,10 @@ def call(name: str, arguments: dict[str, Any], before: str = "") -> str:
     return f"{before}<tool_call>\n{body}\n</tool_call>"
 
 
-def make(**extras: Any) -> SandhiveTextEnv:
+def make(env_config: Any = None, **extras: Any) -> SandhiveTextEnv:
     if ENV_ID not in skyrl_gym.registry:
         skyrl_gym.register(id=ENV_ID, entry_point="app.clients.skyrl_env:SandhiveTextEnv")
-    env = skyrl_gym.make(ENV_ID, env_config={}, extras={**EXTRAS, **extras})
+    env = skyrl_gym.make(ENV_ID, env_config=env_config or {}, extras={**EXTRAS, **extras})
     assert isinstance(env, BaseTextEnv)
     assert isinstance(env, SandhiveTextEnv)
     return env
@@ -84,7 +85,10 @@ async def test_a_trajectory_stopped_at_max_turns_scores_zero(
     service: None,  # noqa: F811
 ) -> None:
     def stopped() -> Any:
-        env = make(max_turns=1)
+        # SkyRL's own config is OmegaConf's: nested, and merged over the defaults.
+        config = OmegaConf.create({"episode": {"limits": {"timeout_s": 300}}})
+        env = make(config, max_turns=1)
+        assert env.episode_spec["limits"] == {"max_steps": 1, "timeout_s": 300}
         try:
             env.init(PROMPT)
             write = f"printf '\\\\boxed{{42}}' > {ANSWER}"

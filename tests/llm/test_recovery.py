@@ -7,9 +7,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from app.errors import LLMError
+from app.errors import ContextOverflow, LLMError
 from app.llm.openai import OpenAIChatModel
-from app.llm.recovery import is_context_error, next_max_tokens, parse_limits
+from app.llm.recovery import is_context_error, is_overflow, next_max_tokens, parse_limits
 from app.scripted import Script, ScriptedLLMServer, Turn, prompt_tokens_of
 from tests.llm.support import TOOLS, USER, register
 
@@ -143,8 +143,45 @@ async def test_a_window_too_small_for_the_floor_fails_at_once(
     async with scripted_model(llm_server, name, max_tokens=16384, max_retries=3) as model:
         with pytest.raises(LLMError, match="maximum context length of 8000") as info:
             await model.complete(USER, TOOLS)
+    # The prompt fits; the floor of max_tokens does not: a setting to fix, not the model's
+    # budget used up.
+    assert not isinstance(info.value, ContextOverflow)
     details = info.value.details
     assert isinstance(details, dict)
     assert details["status"] == 400
     assert details["attempts"] == 1  # a 400 is not retried
     assert llm_server.requests[name] == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "overflow"),
+    [
+        (400, "request (9521 tokens) exceeds the available context size (8192 tokens)", True),
+        (400, "prompt is too long: 210000 tokens > 200000 maximum", True),
+        (
+            400,
+            "This model's maximum context length is 4096 tokens. However, you requested "
+            "5000 tokens (4500 in the messages, 500 in the completion).",
+            True,
+        ),
+        # The prompt fits: max_tokens is over what the model allows (a setting, not the model)
+        (
+            400,
+            "'max_tokens' is too large: 8192. This model's maximum context length is 4096 "
+            "tokens and your request has 20 input tokens",
+            False,
+        ),
+        (
+            400,
+            "max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens",
+            False,
+        ),
+        (413, "Request too large on tokens per minute (TPM): Limit 6000, Requested 9000", False),
+        (429, "prompt is too long for your rate limit of tokens", False),
+        (500, "request (9521 tokens) exceeds the available context size (8192 tokens)", False),
+    ],
+)
+def test_only_a_conversation_longer_than_the_window_is_an_overflow(
+    status: int, text: str, overflow: bool
+) -> None:
+    assert is_overflow(status, text) is overflow

@@ -203,15 +203,17 @@ async def server_usage(server: RealServer, prompt: str) -> tuple[int, int]:
     return int(usage["prompt_tokens"]), int(usage["completion_tokens"])
 
 
-async def test_a_prompt_over_the_context_window_ends_with_an_error_naming_it(
+async def test_a_prompt_over_the_context_window_ends_context_limit_naming_it(
     api: httpx.AsyncClient, real_settings: Settings
 ) -> None:
+    """The server's window used up is the model's budget, as our own is: `context_limit`
+    (an agent error, a 0 reward), never `llm_error` (which RL masks as infrastructure)."""
     body = task_body("word " * 9000)
     body["limits"]["max_context_tokens"] = 100_000  # our own budget allows it: the server refuses
     task_id = await submit(api, body)
     await asyncio.wait_for(Worker(real_settings).run(burst=True), WORKER_WAIT_S)
     task, _ = await finished(api, task_id)
-    assert (task["status"], task["finish_reason"]) == ("failed", "llm_error"), task
+    assert (task["status"], task["finish_reason"]) == ("failed", "context_limit"), task
     assert "exceeds the available context size (8192 tokens)" in task["error"], task["error"]
     assert "after 1 attempt(s)" in task["error"], "a refusal that will not heal is not retried"
 

@@ -150,11 +150,13 @@ def tool_name(message: dict[str, Any]) -> str | None:
 
 
 def opened(episode: EpisodeOpened) -> dict[str, Any]:
+    """Reset's observation; its first messages are in `metadata` too, where OpenEnv's
+    `MCPToolClient` (which reads a reset with `tools` as a tool listing) keeps them."""
     observation = Observation(
         messages=episode.messages,
         tools=mcp_tools(episode.tools),
         openai_tools=episode.tools,
-        metadata={"episode_id": episode.id, "step_count": 0},
+        metadata={"episode_id": episode.id, "step_count": 0, "messages": episode.messages},
     )
     return {"observation": _dump(observation), "reward": None, "done": False}
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from app import __version__
 from app.api.deps import Tenant, current_tenant, within_rate
 from app.api.errors import error_response
 from app.api.openenv import protocol
 from app.errors import AppError, Conflict, InvalidInput
+from app.kit import outage
 from app.resources import Resources
 from app.schemas.episodes import RewardOut
 from app.schemas.tasks import ErrorOut
@@ -115,15 +115,19 @@ class Session:
             )
 
     async def _reward(self) -> RewardOut | str | None:
-        """The scorer's reward at done; the reason instead when there is none to give."""
+        """The scorer's reward at done; the reason instead when there is none to give (the
+        step has run: its observation is answered whatever the reward's fate)."""
         res = self.res
-        row = await episodes.find(res.sessions, self.tenant, self._current())
-        if row.scorer is None:
-            return None
         try:
+            row = await episodes.find(res.sessions, self.tenant, self._current())
+            if row.scorer is None:
+                return None
             return await episodes_reward.reward(res.sessions, res.redis, res.settings, row)
         except AppError as exc:
             return f"no reward: {exc.message}"
+        except Exception as exc:
+            log.warning("openenv: the reward of %s failed: %r", self.episode_id, exc)
+            return f"no reward: the service failed to score it ({type(exc).__name__}); ask again"
 
     def _current(self) -> str:
         if self.episode_id is None:
@@ -145,49 +149,76 @@ async def session(ws: WebSocket) -> None:
     await ws.accept()
     env = Session(res, tenant)
     try:
-        while True:
-            reply = await _answer(env, await ws.receive_text())
+        while (received := await ws.receive())["type"] != "websocket.disconnect":
+            raw = received.get("text") or (received.get("bytes") or b"").decode(errors="replace")
+            reply = await _answer(env, raw)
             if reply is None:
                 break
             await ws.send_text(json.dumps(reply))
     except WebSocketDisconnect:
         pass
     finally:
-        with contextlib.suppress(AppError, RedisError, OSError):
+        try:
             await env.close()
+        except Exception as exc:  # its idle timeout and the sweep end it anyway
+            log.warning("openenv: could not close episode on session end: %r", exc)
         with contextlib.suppress(RuntimeError, OSError):
             await ws.close()
 
 
 async def _answer(env: Session, raw: str) -> dict[str, Any] | None:
-    """The reply to one message; None for `close`."""
+    """The reply to one message; None for `close`. Whatever fails is an error reply and the
+    session goes on (a trainer keeps its episode through a backend's blip)."""
+    parsed = _parse(raw)
+    if not isinstance(parsed, tuple):
+        return parsed
+    kind, data = parsed
+    if kind == "close":
+        return None
+    try:
+        await within_rate(env.res, env.tenant)
+        return await _dispatch(env, kind, data)
+    except ValidationError as exc:
+        errors = json.loads(exc.json(include_url=False, include_context=False))
+        return _error("VALIDATION_ERROR", "Invalid message", errors=errors)
+    except AppError as exc:
+        return _refused(exc)
+    except Exception as exc:
+        down = outage.unavailable(exc, env.res.settings.unavailable_retry_after_s)
+        if down is not None:
+            return _refused(down)
+        log.exception("openenv: a %s message failed", kind)
+        return _error("EXECUTION_ERROR", f"the service failed: {type(exc).__name__}", status=500)
+
+
+def _parse(raw: str) -> tuple[object, dict[str, Any]] | dict[str, Any]:
+    """(type, data) of a message, or the error reply to it."""
     try:
         message = json.loads(raw)
     except ValueError as exc:
         return _error("INVALID_JSON", f"Invalid JSON: {exc}")
     if not isinstance(message, dict):
         return _error("INVALID_JSON", "a message is a JSON object with a `type`")
-    kind, data = message.get("type"), message.get("data") or {}
-    try:
-        await within_rate(env.res, env.tenant)
-        if not isinstance(data, dict):
-            raise InvalidInput("`data` must be a JSON object")
-        match kind:
-            case "reset":
-                return {"type": "observation", "data": await env.reset(data)}
-            case "step":
-                return {"type": "observation", "data": await env.step(data)}
-            case "state":
-                return {"type": "state", "data": await env.state()}
-            case "close":
-                return None
-        return _error("UNKNOWN_TYPE", f"Unknown message type: {kind}")
-    except ValidationError as exc:
-        errors = json.loads(exc.json(include_url=False, include_context=False))
-        return _error("VALIDATION_ERROR", "Invalid message", errors=errors)
-    except AppError as exc:
-        details = {"status": exc.status, "error_code": exc.code, "details": exc.details}
-        return _error("EXECUTION_ERROR", exc.message, **details)
+    data = message.get("data") or {}
+    if not isinstance(data, dict):
+        return _refused(InvalidInput("`data` must be a JSON object"))
+    return message.get("type"), data
+
+
+async def _dispatch(env: Session, kind: object, data: dict[str, Any]) -> dict[str, Any]:
+    match kind:
+        case "reset":
+            return {"type": "observation", "data": await env.reset(data)}
+        case "step":
+            return {"type": "observation", "data": await env.step(data)}
+        case "state":
+            return {"type": "state", "data": await env.state()}
+    return _error("UNKNOWN_TYPE", f"Unknown message type: {kind}")
+
+
+def _refused(exc: AppError) -> dict[str, Any]:
+    details = {"status": exc.status, "error_code": exc.code, "details": exc.details}
+    return _error("EXECUTION_ERROR", exc.message, **details)
 
 
 def _error(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class EpisodeServer:
         self.counts: dict[str, int] = {}
         """Open episodes' step counts not written yet (`_write_counts`)."""
         self.opening = 0
+        self.closing = 0
         self.scoring = 0
         """Ended episodes whose deferred scorer runs: they hold their slot until it is done."""
         self.told_free: int | None = None
@@ -84,9 +85,19 @@ class EpisodeServer:
                 await self._pause(PAUSE_S)
 
     def _held(self) -> int:
-        """Slots in use: open, opening, scoring, and ended episodes whose sandboxes are still
-        being removed (in the background, after the final step answered)."""
-        return len(self.live) + self.opening + self.scoring + self.ctx.runner.removing
+        """Slots in use: open, opening, closing, scoring, and ended episodes whose sandboxes
+        are still being removed (in the background, after the final step answered)."""
+        held = len(self.live) + self.opening + self.closing + self.scoring
+        return held + self.ctx.runner.removing
+
+    async def _closing(self, episode: LiveEpisode) -> None:
+        """`episode.close()` (its loop ended, its output collected, its removal begun),
+        its slot held until then: the container exists until its removal is counted."""
+        self.closing += 1
+        try:
+            await episode.close()
+        finally:
+            self.closing -= 1
 
     async def _open_one(self, group: asyncio.TaskGroup) -> None:
         await self._tell_free()
@@ -125,7 +136,7 @@ class EpisodeServer:
             log.exception("could not open episode %s", request.episode_id)
             if (started := self.live.pop(request.episode_id, None)) is not None:
                 with suppress(Exception):  # its slot freed, whatever of its sandbox started
-                    await started.close()
+                    await self._closing(started)
             try:
                 await rows.end(
                     self.ctx.sessions,
@@ -256,7 +267,7 @@ class EpisodeServer:
     ) -> None:
         self.live.pop(episode.id, None)
         self.counts.pop(episode.id, None)
-        await episode.close()
+        await self._closing(episode)
         with suppress(Exception):
             await rows.end(
                 self.ctx.sessions,
