@@ -60,6 +60,7 @@ def proxy(real_llm: RealServer) -> Iterator[Proxy]:
     thread.start()
     yield recording
     recording.server.shutdown()
+    recording.server.server_close()  # its listening socket, not left to the collector
 
 
 def ordered(text: str | bytes) -> Any:

@@ -1,0 +1,150 @@
+"""Sandboxes made at once, in the manner of the public sandbox benchmarks: from the request to
+a sandbox that has run a command.
+
+    .venv/bin/python bench/burst.py [--burst 100] [--sequential 10] [--settle 2]
+        [--env SANDHIVE_X=VALUE ...]     (a warm pool: --env SANDHIVE_WARM_POOL_SIZE=64 --settle 60)
+
+A real `sandhive serve` and `sandhive worker`, Postgres and Redis (as bench/sandbox_exec.py).
+First `--sequential` sandboxes one after another (time to interactive alone), then `--burst`
+all at once. Each is `POST /v1/sandboxes` then `POST …/exec` of `true`, timed from the create
+request's start to the command's answer; a sandbox whose create or command failed counts
+against the success rate. All are removed afterwards. Prints p50 / p95 / p99 and the success
+rate of each phase, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+from service import REDIS_URL, Cluster, bench_env, pct
+from stream_latency import create_database, drop_database, wait_ready
+
+
+async def one(client: aiohttp.ClientSession, made: list[str]) -> float | None:
+    """Seconds from the create request to `true`'s answer; None when either failed."""
+    started = time.perf_counter()
+    async with client.post("/v1/sandboxes", json={"ttl_s": 600}) as response:
+        body = await response.json()
+    if response.status != 201:
+        sys.stderr.write(f"create: {response.status} {str(body)[:200]}\n")
+        return None
+    made.append(str(body["id"]))
+    async with client.post(f"/v1/sandboxes/{body['id']}/exec", json={"argv": ["true"]}) as r:
+        done = await r.json()
+    if r.status != 200 or done.get("exit_code") != 0:
+        sys.stderr.write(f"exec: {r.status} {str(done)[:200]}\n")
+        return None
+    return time.perf_counter() - started
+
+
+async def ready(client: aiohttp.ClientSession) -> None:
+    """Until the worker takes sandboxes (its first heartbeat)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        made: list[str] = []
+        took = await one(client, made)
+        await remove(client, made)
+        if took is not None:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError("the worker never made a sandbox")
+
+
+async def remove(client: aiohttp.ClientSession, made: list[str]) -> None:
+    async def gone(sandbox: str) -> None:
+        async with client.delete(f"/v1/sandboxes/{sandbox}") as response:
+            await response.read()
+
+    await asyncio.gather(*(gone(s) for s in made))
+    made.clear()
+
+
+async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dict[str, list]:
+    redis = Redis.from_url(REDIS_URL)
+    await redis.flushdb()
+    instance = f"bench-burst-{os.getpid()}"
+    extra = dict(pair.split("=", 1) for pair in args.env)
+    env = bench_env(
+        database_url,
+        "http://127.0.0.1:9/v1",
+        instance,
+        SANDHIVE_LOG_LEVEL="WARNING",
+        SANDHIVE_TENANT_MAX_SANDBOXES=str(args.burst + 8),
+        SANDHIVE_SANDBOX_WORKER_MAX_CONCURRENT_REQUESTS=str(args.burst + 8),
+        SANDHIVE_SANDBOX_MAX_CONCURRENT_REQUESTS=str(args.burst + 8),
+        SANDHIVE_SANDBOX_SLOTS=str(args.burst + 8),
+        **extra,
+    )
+    cluster = Cluster(env, log_dir)
+    timeout = aiohttp.ClientTimeout(total=600)
+    try:
+        await cluster.start_api()
+        await wait_ready(cluster.base_url)
+        cluster.worker = cluster.spawn(["worker"], "worker", worker_name="bench-burst")
+        async with aiohttp.ClientSession(base_url=cluster.base_url, timeout=timeout) as client:
+            await ready(client)
+            made: list[str] = []
+            sequential = []
+            for _ in range(args.sequential):
+                sequential.append(await one(client, made))
+                await remove(client, made)
+            await asyncio.sleep(args.settle)  # removals done (and a warm pool filled)
+            burst = await asyncio.gather(*(one(client, made) for _ in range(args.burst)))
+            await remove(client, made)
+        return {"sequential": sequential, "burst": burst}
+    finally:
+        cluster.stop()
+        await redis.flushdb()
+        await redis.aclose()
+
+
+def line(name: str, results: list[float | None]) -> str:
+    ok = [r * 1000 for r in results if r is not None]
+    rate = 100 * len(ok) / len(results) if results else 0.0
+    if not ok:
+        return f"  {name:11} none succeeded of {len(results)}"
+    return (
+        f"  {name:11} p50 {pct(ok, 0.5):7.0f}   p95 {pct(ok, 0.95):7.0f}   "
+        f"p99 {pct(ok, 0.99):7.0f}   success {rate:5.1f} % of {len(results)}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--burst", type=int, default=100, help="sandboxes made at once")
+    parser.add_argument("--sequential", type=int, default=10, help="made one at a time first")
+    parser.add_argument("--env", action="append", default=[], help="SANDHIVE_X=VALUE for both")
+    parser.add_argument(
+        "--settle", type=float, default=2.0, help="seconds before the burst (a warm pool fills)"
+    )
+    args = parser.parse_args()
+    name = f"sandhive_bench_{os.getpid()}"
+    database_url = create_database(name)
+    log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-burst-"))
+    try:
+        figures = asyncio.run(run(args, database_url, log_dir))
+        shutil.rmtree(log_dir)
+    except Exception:
+        sys.stderr.write(f"logs in {log_dir}\n")
+        raise
+    finally:
+        asyncio.run(drop_database(name))
+    out = ["request -> a sandbox that ran `true` (ms):"]
+    out += [line(phase, results) for phase, results in figures.items()]
+    out.append(f"  {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
