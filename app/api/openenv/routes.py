@@ -127,7 +127,8 @@ class Session:
             return f"no reward: {exc.message}"
         except Exception as exc:
             log.warning("openenv: the reward of %s failed: %r", self.episode_id, exc)
-            return f"no reward: the service failed to score it ({type(exc).__name__}); ask again"
+            name = type(exc).__name__
+            return f"no reward: the service failed ({name}); POST /v1/episodes/{{id}}/reward again"
 
     def _current(self) -> str:
         if self.episode_id is None:
