@@ -134,13 +134,10 @@ class OpenAIChatModel(HTTPChatModel):
         self, body: dict[str, Any], on_delta: DeltaCallback | None = None
     ) -> httpx.Response | Failure:
         """One request; a 2xx response, or a description of what went wrong."""
+        if on_delta is None or not self._stream:
+            return await self._post_json(self.url, body)
         try:
-            if on_delta is not None and self._stream:
-                response = await self._post_streaming(body, on_delta)
-            else:
-                response = await self._client.post(
-                    self.url, json=body, headers=self._headers, timeout=self._timeout
-                )
+            response = await self._post_streaming(body, on_delta)
         except httpx.TransportError as exc:
             return transport_failure(exc)
         return response if response.is_success else self._endpoint.http_failure(response)

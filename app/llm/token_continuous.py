@@ -35,7 +35,7 @@ from app.domain.hermes_calls import split_tool_calls
 from app.errors import LLMError
 from app.llm.capture import sampled_ids, sampled_logprobs
 from app.llm.tool_calls import parse_tool_calls
-from app.llm.transport import Failure, HTTPChatModel, ModelOptions, transport_failure
+from app.llm.transport import HTTPChatModel, ModelOptions
 
 MARKER = "\u2063SANDHIVE-ANSWER\u2063"
 """Stands in for the model's answer when the environment's tokens are rendered: text no
@@ -71,7 +71,7 @@ class TokenContinuousModel(HTTPChatModel):
             body["temperature"] = self._temperature
         body.update(self._extra_body)
         response, attempt = await self._with_retries(
-            lambda: self._post(self.url, body),
+            lambda: self._post_json(self.url, body),
             lambda failure: self._shrink_max_tokens(body, failure),
         )
         data = _json(response, self, attempt)
@@ -135,7 +135,9 @@ class TokenContinuousModel(HTTPChatModel):
         """POST to one of the server's own routes, the failure naming it."""
         url = self._root + route
         try:
-            response, _ = await self._with_retries(lambda: self._post(url, body), lambda _f: False)
+            response, _ = await self._with_retries(
+                lambda: self._post_json(url, body), lambda _f: False
+            )
         except LLMError as exc:
             status = exc.details.get("status") if isinstance(exc.details, dict) else None
             said = f"token-continuous: {route}: {exc.message}"
@@ -144,15 +146,6 @@ class TokenContinuousModel(HTTPChatModel):
                 said = f"{needs} (llama.cpp's): {route}: {exc.message}"
             raise LLMError(said, exc.details) from exc
         return response
-
-    async def _post(self, url: str, body: dict[str, Any]) -> httpx.Response | Failure:
-        try:
-            response = await self._client.post(
-                url, json=body, headers=self._headers, timeout=self._timeout
-            )
-        except httpx.TransportError as exc:
-            return transport_failure(exc)
-        return response if response.is_success else self._endpoint.http_failure(response)
 
     def _completion(
         self,

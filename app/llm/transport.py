@@ -93,6 +93,16 @@ class HTTPChatModel:
         if self._owns_client:
             await self._client.aclose()
 
+    async def _post_json(self, url: str, body: dict[str, Any]) -> httpx.Response | Failure:
+        """One POST of `body`: a 2xx response, or a description of what went wrong."""
+        try:
+            response = await self._client.post(
+                url, json=body, headers=self._headers, timeout=self._timeout
+            )
+        except httpx.TransportError as exc:
+            return transport_failure(exc)
+        return response if response.is_success else self._endpoint.http_failure(response)
+
     async def _with_retries(
         self,
         attempt: Callable[[], Awaitable[T | Failure]],
