@@ -516,6 +516,14 @@ class Settings(BaseSettings):
     """How long a step's answer is kept for repeats with its `Idempotency-Key`."""
     episode_idle_timeout_s: float = Field(default=600.0, gt=0)
     """An episode with no request for this long is closed and its sandbox removed."""
+    fork_max_children: int = Field(default=64, ge=1, le=1024)
+    """Children one fork may ask for (`POST /v1/episodes/{id}/fork`, `n`; 422 above). Each
+    holds an episode slot of the parent's worker and counts against the tenant's cap."""
+    fork_max_snapshot_mb: int = Field(default=1024, ge=1)
+    """The largest snapshot of a parent's writable files a fork takes (held in the worker's
+    memory while the children start); a larger one is refused (422) before any child starts."""
+    fork_timeout_s: float = Field(default=300.0, gt=0)
+    """How long a fork waits for its worker's answer (the snapshot and every child's start)."""
     sandbox_slots: int = Field(default=16, ge=0, le=1024)
     """Sandboxes (`/v1/sandboxes`) one worker holds at once, besides its task and episode
     slots; 0: this worker makes none."""

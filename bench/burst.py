@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,8 +25,8 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from service import REDIS_URL, Cluster, bench_env, pct
-from stream_latency import create_database, drop_database, wait_ready
+from service import REDIS_URL, Cluster, bench_env, on_scratch_database, pct
+from stream_latency import wait_ready
 
 
 async def one(client: aiohttp.ClientSession, made: list[str]) -> float | None:
@@ -129,17 +127,9 @@ def main() -> None:
         "--settle", type=float, default=2.0, help="seconds before the burst (a warm pool fills)"
     )
     args = parser.parse_args()
-    name = f"sandhive_bench_{os.getpid()}"
-    database_url = create_database(name)
-    log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-burst-"))
-    try:
-        figures = asyncio.run(run(args, database_url, log_dir))
-        shutil.rmtree(log_dir)
-    except Exception:
-        sys.stderr.write(f"logs in {log_dir}\n")
-        raise
-    finally:
-        asyncio.run(drop_database(name))
+    figures = on_scratch_database(
+        "burst", lambda database_url, log_dir: run(args, database_url, log_dir)
+    )
     out = ["request -> a sandbox that ran `true` (ms):"]
     out += [line(phase, results) for phase, results in figures.items()]
     out.append(f"  {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}")

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ import httpx
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from service import REDIS_URL, Cluster, bench_env, pct
-from stream_latency import create_database, drop_database, wait_ready
+from service import REDIS_URL, Cluster, bench_env, on_scratch_database, pct
+from stream_latency import wait_ready
 
 WARMUP = 3
 
@@ -119,17 +117,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="sandboxes made each way")
     parser.add_argument("--commands", type=int, default=100, help="warm commands each way")
     args = parser.parse_args()
-    name = f"sandhive_bench_{os.getpid()}"
-    database_url = create_database(name)
-    log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-e2b-"))
-    try:
-        figures = asyncio.run(run(args.runs, args.commands, database_url, log_dir))
-        shutil.rmtree(log_dir)
-    except Exception:
-        sys.stderr.write(f"logs in {log_dir}\n")
-        raise
-    finally:
-        asyncio.run(drop_database(name))
+    figures = on_scratch_database(
+        "e2b", lambda database_url, log_dir: run(args.runs, args.commands, database_url, log_dir)
+    )
     lines = [f"{args.runs} sandboxes and {args.commands} warm commands each way (ms):"]
     for kind, (starts, warm) in figures.items():
         lines.append(

@@ -282,10 +282,11 @@ async def must_open(bench: Bench) -> str:
     return episode_id
 
 
-async def containers(instance: str) -> list[str]:
+async def containers(instance: str, *labels: str) -> list[str]:
+    """The containers of the service's `instance` that carry every one of `labels` too."""
+    filters = [f"--filter=label={label}" for label in (f"sandhive.instance={instance}", *labels)]
     proc = await asyncio.create_subprocess_exec(
-        *("docker", "ps", "-aq", "--filter", f"label=sandhive.instance={instance}"),
-        stdout=subprocess.PIPE,
+        "docker", "ps", "-aq", *filters, stdout=subprocess.PIPE
     )
     out, _ = await proc.communicate()
     return out.decode().split()

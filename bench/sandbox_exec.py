@@ -20,11 +20,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +30,8 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from service import REDIS_URL, Cluster, bench_env, pct
-from stream_latency import create_database, drop_database, wait_ready
+from service import REDIS_URL, Cluster, bench_env, on_scratch_database, pct
+from stream_latency import wait_ready
 
 WARMUP = 5
 
@@ -110,17 +108,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--runs", type=int, default=200, help="commands of each kind")
     args = parser.parse_args()
-    name = f"sandhive_bench_{os.getpid()}"
-    database_url = create_database(name)
-    log_dir = Path(tempfile.mkdtemp(prefix="sandhive-bench-sandbox-exec-"))
-    try:
-        figures = asyncio.run(run(args.runs, database_url, log_dir))
-        shutil.rmtree(log_dir)
-    except Exception:
-        sys.stderr.write(f"logs in {log_dir}\n")
-        raise
-    finally:
-        asyncio.run(drop_database(name))
+    figures = on_scratch_database(
+        "sandbox-exec", lambda database_url, log_dir: run(args.runs, database_url, log_dir)
+    )
     medians = {kind: statistics.median(times) for kind, times in figures.items()}
     lines = [f"`true` in a warm sandbox, {args.runs} runs each, one at a time (ms):"]
     for kind, times in figures.items():

@@ -39,12 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import websockets
@@ -54,6 +54,8 @@ from app.scripted import Script, ScriptedLLMServer, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stream_latency import create_database, drop_database, free_port, wait_ready
+
+T = TypeVar("T")
 
 REDIS_URL = os.environ.get("SANDHIVE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 IMAGE = os.environ.get("SANDHIVE_BENCH_IMAGE", "sandhive-sandbox:latest")
@@ -355,6 +357,23 @@ def bench_env(
         **settings,
     )
     return env
+
+
+def on_scratch_database(prefix: str, run: Callable[[str, Path], Coroutine[Any, Any, T]]) -> T:
+    """`run(database_url, log_dir)` on a scratch database, dropped afterwards; the logs are
+    removed when it succeeds and named on stderr when it fails."""
+    name = f"sandhive_bench_{os.getpid()}"
+    database_url = create_database(name)
+    log_dir = Path(tempfile.mkdtemp(prefix=f"sandhive-bench-{prefix}-"))
+    try:
+        result = asyncio.run(run(database_url, log_dir))
+        shutil.rmtree(log_dir)
+        return result
+    except Exception:
+        sys.stderr.write(f"logs in {log_dir}\n")
+        raise
+    finally:
+        asyncio.run(drop_database(name))
 
 
 def pct(values: Sequence[float], q: float) -> float:

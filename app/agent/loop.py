@@ -13,6 +13,7 @@ so strict APIs accept the history; default on in `standard`, off in `reference`)
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -38,6 +39,7 @@ from app.agent.types import (
     EventSink,
     Message,
     Outcome,
+    Resume,
     Sandbox,
     Step,
     ToolCall,
@@ -64,20 +66,25 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
 
 
 async def run_agent(
-    spec: AgentSpec, box: Sandbox, model: ChatModel, sink: EventSink, outcome: Outcome | None = None
+    spec: AgentSpec,
+    box: Sandbox,
+    model: ChatModel,
+    sink: EventSink,
+    outcome: Outcome | None = None,
+    resume: Resume | None = None,
 ) -> Outcome:
     """Run one task to its end; never raises for model, sandbox or time failures.
 
     `outcome` (the caller's, or a new one) is filled as the loop goes: steps and usage
     stay in it when the loop is cancelled, which is how a cancelled task keeps its usage.
+    `resume`: go on from another loop's step boundary (a fork) instead of the prompt.
     """
     if outcome is None:
         outcome = Outcome(finish_reason=FinishReason.max_steps)
     outcome.finish_reason = FinishReason.max_steps  # unless something else ends the run
     flight = InFlight()
-    await run_to_end(
-        _loop(spec, box, model, sink, outcome, flight), spec.timeout_s, sink, outcome, flight
-    )
+    work = _loop(spec, box, model, sink, outcome, flight, resume)
+    await run_to_end(work, spec.timeout_s, sink, outcome, flight)
     return outcome
 
 
@@ -131,11 +138,15 @@ async def _loop(
     sink: EventSink,
     outcome: Outcome,
     flight: InFlight,
+    resume: Resume | None = None,
 ) -> None:
     messages: list[Message] = [
         {"role": "system", "content": spec.system_prompt},
         {"role": "user", "content": spec.user_prompt},
     ]
+    index = 0
+    if resume is not None:  # marked already: its newest message has its Steps Remaining
+        messages, index = copy.deepcopy(resume.messages), resume.index
     tools = tool_schemas(spec.tools_profile, spec.tools_shell)
     ctx = ToolContext(
         box=box,
@@ -146,11 +157,10 @@ async def _loop(
         on_output=None,
     )
     answer_all = answers_all_calls(spec)
-    if spec.max_steps < 1 or not _next_prompt_fits(spec, messages, 0, outcome):
+    if resume is None and (spec.max_steps < 1 or not _next_prompt_fits(spec, messages, 0, outcome)):
         return
-    flight.open(0)
-    await sink.step_started(0)
-    index = 0
+    flight.open(index)
+    await sink.step_started(index)
     while True:
         step = await _step(messages, tools, ctx, model, outcome, flight, answer_all, sink)
         # Decided before the step is reported, so the sink can announce the next one with it.

@@ -183,6 +183,17 @@ class AgentSpec:
     history; None: the profile's default (on for `standard`, off for `reference`)."""
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a forked loop goes on from (`POST /v1/episodes/{id}/fork`): the history exactly
+    as the model was last asked it (the newest message's Steps Remaining included) and the
+    index of the step that request opens. The loop asks the model at once, running nothing
+    again: the sandbox already holds what the earlier steps made."""
+
+    messages: list[Message]
+    index: int
+
+
 @dataclass
 class Usage:
     steps: int = 0

@@ -13,6 +13,8 @@ from app.api.deps import Res, Tenant
 from app.api.query import known_query_only
 from app.schemas.episodes import (
     EpisodeCreate,
+    EpisodeForkIn,
+    EpisodeForkOut,
     EpisodeOpened,
     EpisodeOut,
     EpisodeStepIn,
@@ -21,6 +23,7 @@ from app.schemas.episodes import (
 )
 from app.schemas.tasks import ErrorOut
 from app.services.episodes import calls as episodes_calls
+from app.services.episodes import forks as episode_forks
 from app.services.episodes import reward as episodes_reward
 from app.services.episodes import service as episodes
 from app.services.episodes import trajectory as episode_trajectory_service
@@ -81,6 +84,24 @@ async def step_episode(
     return await episodes_calls.step(
         res.sessions, res.redis, res.settings, tenant, episode_id, body.message, idempotency_key
     )
+
+
+@router.post(
+    "/{episode_id}/fork",
+    status_code=status.HTTP_201_CREATED,
+    response_model=EpisodeForkOut,
+    responses=_ERRORS,
+)
+async def fork_episode(
+    episode_id: str, res: Res, tenant: Tenant, body: EpisodeForkIn | None = None
+) -> EpisodeForkOut:
+    """Fork an open episode into `n` children at its current step (docs/fork.md): each
+    child's history is the parent's so far and its sandbox a copy of the parent's files;
+    the parent pauses for the snapshot, then goes on. 409 once the parent ended, 422 over
+    `SANDHIVE_FORK_MAX_CHILDREN` or the snapshot limit, 429 over the tenant's cap or the
+    worker's free episode slots."""
+    n = body.n if body is not None else 1
+    return await episode_forks.fork(res.sessions, res.redis, res.settings, tenant, episode_id, n)
 
 
 @router.post("/{episode_id}/reward", response_model=RewardOut, responses=_ERRORS)

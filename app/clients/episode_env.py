@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -90,6 +90,17 @@ class AsyncEnv:
             _json(await self.client.delete(f"/v1/episodes/{self.id}"))
             self.id = None
 
+    async def fork(self, n: int = 1) -> list[AsyncEnv]:
+        """`n` environments that go on from this one's current step, each with a copy of
+        its sandbox's files and its conversation so far (docs/fork.md); this one goes on."""
+        body = _json(await self.client.post(f"/v1/episodes/{self.id}/fork", json={"n": n}))
+        children: list[dict[str, Any]] = body["children"]
+        if (error := _failure(children)) is not None:  # all of them or none: the rest closed
+            for child in _started(children):
+                _json(await self.client.delete(f"/v1/episodes/{child['id']}"))
+            raise error
+        return [_child(AsyncEnv(self.client, self.spec), opened) for opened in children]
+
 
 class Env:
     """`AsyncEnv`, synchronously (one `httpx.Client`)."""
@@ -121,6 +132,42 @@ class Env:
         if self.id is not None:
             _json(self.client.delete(f"/v1/episodes/{self.id}"))
             self.id = None
+
+    def fork(self, n: int = 1) -> list[Env]:
+        """`AsyncEnv.fork`, synchronously."""
+        body = _json(self.client.post(f"/v1/episodes/{self.id}/fork", json={"n": n}))
+        children: list[dict[str, Any]] = body["children"]
+        if (error := _failure(children)) is not None:
+            for child in _started(children):
+                _json(self.client.delete(f"/v1/episodes/{child['id']}"))
+            raise error
+        return [_child(Env(self.client, self.spec), opened) for opened in children]
+
+
+AnyEnv = TypeVar("AnyEnv", AsyncEnv, Env)
+
+
+def _started(children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [child for child in children if child["status"] == "open"]
+
+
+def _failure(children: list[dict[str, Any]]) -> EpisodeError | None:
+    """A fork whose child could not start fails as a reset would (an infrastructure error)."""
+    for child in children:
+        if child["status"] != "open":
+            message = f"fork child {child['id']} could not start: {child.get('error')}"
+            details = {"error_kind": child.get("error_kind")}
+            return EpisodeError(
+                503, {"error": {"code": "unavailable", "message": message, "details": details}}
+            )
+    return None
+
+
+def _child(env: AnyEnv, opened: dict[str, Any]) -> AnyEnv:
+    """A fork's child as an environment of the parent's spec."""
+    env.id, env.tools = opened["id"], opened["tools"]
+    env.messages = list(opened["messages"])
+    return env
 
 
 class PackageEnv:

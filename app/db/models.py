@@ -312,6 +312,10 @@ class EpisodeRow(Base):
     """Its steps (thought, tool call, observation, timings), written once as it ends, so
     a step of an open episode writes nothing more; None while open, and for an episode
     whose worker was lost. Deferred: only the trajectory read loads it."""
+    parent_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    """A fork's parent episode (`POST /v1/episodes/{id}/fork`)."""
+    fork_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The step a fork's child went on from: the parent had taken this many."""
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
     ended_at: Mapped[datetime | None] = mapped_column(_TZ)

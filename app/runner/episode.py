@@ -22,7 +22,7 @@ import httpx
 from app import metrics
 from app.agent.loop import run_agent
 from app.agent.pending_sandbox import PendingSandbox
-from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome, Sandbox
+from app.agent.types import AgentSpec, ChatModel, EventSink, Outcome, Resume, Sandbox
 from app.agent.vanilla import VanillaSpec, embed_documents, run_vanilla
 from app.config import Settings
 from app.domain.image_catalogue import catalogue_or_default, warm_sizes
@@ -31,6 +31,7 @@ from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
 from app.runner import verifier
+from app.sandbox import snapshot
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.egress_proxy import proxy_policy
 from app.sandbox.files import CollectCaps, CollectedFile
@@ -79,6 +80,9 @@ class Episode:
     pooled: bool = True
     """False: never from (nor taught to) the warm pool (a tenant's own image, a verified
     task's extra mounts: one tenant's shapes must not hold the pool's slots)."""
+    snapshot: bytes | None = None
+    """A fork's sandbox: another's writable files (`app.sandbox.snapshot`), unpacked in
+    place of the inputs before the loop goes on from `Resume`."""
 
 
 @dataclass
@@ -330,6 +334,7 @@ class Runner:
         outcome: Outcome | None = None,
         on_sandbox: SandboxHook | None = None,
         synchronous_sandbox: bool = False,
+        resume: Resume | None = None,
     ) -> EpisodeResult:
         """Start the sandbox and the loop together, collect the output dir, always remove
         the sandbox.
@@ -353,6 +358,7 @@ class Runner:
         the output so far is still collected. With a warm pool, a ready sandbox of the
         same shape is used when there is one (it is removed afterwards all the same).
         The wait for a sandbox ready to run (inputs in place) is recorded, warm or cold.
+        `resume`: a fork's loop, going on from its parent's step (`episode.snapshot`).
         """
         record = outcome if outcome is not None else Outcome(FinishReason.max_steps)
         record.finish_reason = FinishReason.sandbox_error  # until the loop has run
@@ -366,7 +372,7 @@ class Runner:
                 await asyncio.shield(starting)
             agent = replace(episode.agent, timeout_s=deadline.left())
             pending = PendingSandbox(starting)
-            await _run_until_stopped(agent, pending, model, sink, record, stop)
+            await _run_until_stopped(agent, pending, model, sink, record, stop, resume)
             if record.finish_reason is FinishReason.timeout:  # the limit, not what was left
                 record.error = timeout_error(episode.agent.timeout_s)
             box = await _started(pending, record)
@@ -498,7 +504,9 @@ class Runner:
         warm = box is not None
         box = box or await self.docker.create_sandbox(episode.sandbox)
         try:
-            if episode.inputs:
+            if episode.snapshot is not None:
+                await snapshot.restore(box, episode.snapshot)
+            elif episode.inputs:
                 await box.put_files(episode.input_dir, episode.inputs)
         except BaseException:
             await _remove_quietly(box)
@@ -619,10 +627,11 @@ async def _run_until_stopped(
     sink: EventSink,
     outcome: Outcome,
     stop: asyncio.Event | None,
+    resume: Resume | None = None,
 ) -> None:
     """Run the loop into `outcome`; `cancelled` as soon as `stop` is set (the loop is
     cancelled, its steps and usage so far stay in `outcome`)."""
-    await _until_stopped(run_agent(spec, box, model, sink, outcome), outcome, stop)
+    await _until_stopped(run_agent(spec, box, model, sink, outcome, resume), outcome, stop)
 
 
 async def _until_stopped(

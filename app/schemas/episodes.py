@@ -100,6 +100,10 @@ class EpisodeOut(WireModel):
     """When the episode was opened."""
     ended_at: datetime | None = None
     """When the loop ended or the episode was closed."""
+    parent_id: str | None = None
+    """A fork's parent episode (`POST /v1/episodes/{id}/fork`); null for others."""
+    fork_step: int | None = None
+    """A fork's branch point: the steps its parent had taken, which it shares."""
 
 
 class EpisodeOpened(EpisodeOut):
@@ -146,3 +150,26 @@ class RewardOut(WireModel):
     detail: dict[str, Any] = Field(default_factory=dict)
     """What the scorer extracted and compared (an `llm_judge`'s prompt and exchanges, a
     `python` scorer's stdout, stderr and exit code)."""
+
+
+class EpisodeForkIn(_Strict):
+    """How many children to fork an open episode into."""
+
+    n: int = Field(default=1, ge=1, le=1024)
+    """Children (1 to `SANDHIVE_FORK_MAX_CHILDREN`, 64 by default)."""
+
+
+class EpisodeForkOut(WireModel):
+    """A fork's children, each opened from the parent's current step."""
+
+    parent_id: str
+    """The episode forked (it goes on, unchanged)."""
+    step: int
+    """The branch point: the steps the parent had taken (each child's `fork_step`)."""
+    children: list[EpisodeOpened]
+    """Each child as an open returns it, `messages` the parent's whole history so far,
+    byte for byte; a child that could not start is `done` with `sandbox_error`
+    (`error_kind: infrastructure`) and no messages."""
+    timings: dict[str, int]
+    """`snapshot_ms` (the parent's pause), `snapshot_bytes` (its writable files as a tar),
+    `worker_ms` (the snapshot and every child's start), `api_ms` (this request)."""

@@ -141,7 +141,7 @@ async def _step(
     row = await HOLDERS.find(sessions, tenant, episode_id)  # no read while known open
     worker = _holder(row)
     try:
-        reply = await _call(
+        reply = await call_worker(
             sessions,
             redis,
             row,
@@ -178,7 +178,9 @@ async def close(
     if row.status == "open" and row.worker is not None:
         request = {"op": "close", "episode_id": row.id}
         try:
-            await _call(sessions, redis, row, row.worker, request, settings.episode_step_timeout_s)
+            await call_worker(
+                sessions, redis, row, row.worker, request, settings.episode_step_timeout_s
+            )
         except (Conflict, Unavailable):  # it ended meanwhile, or its worker is gone: ended now
             pass
     elif row.status == "opening":
@@ -196,7 +198,7 @@ def _holder(row: models.EpisodeRow) -> str:
     return row.worker
 
 
-async def _call(
+async def call_worker(
     sessions: Sessions,
     redis: Redis,
     row: models.EpisodeRow,

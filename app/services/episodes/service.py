@@ -8,10 +8,11 @@ first (the loop's end, a close, the idle reaper, a lost worker) is the one recor
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
@@ -83,6 +84,8 @@ def out(row: models.EpisodeRow) -> EpisodeOut:
         answer=row.answer,
         created_at=row.created_at,
         ended_at=row.ended_at,
+        parent_id=row.parent_id,
+        fork_step=row.fork_step,
     )
 
 
@@ -128,11 +131,49 @@ def has_deferred_scorer(row: models.EpisodeRow) -> bool:
     return row.scorer is not None and row.scorer.get("kind") in DEFERRED_KINDS
 
 
-async def store(sessions: Sessions, settings: Settings, row: models.EpisodeRow) -> None:
-    """Insert a checked episode within the tenant's limits (429 with nothing written)."""
+async def store(sessions: Sessions, settings: Settings, *episodes: models.EpisodeRow) -> None:
+    """Insert checked episodes of one tenant within its limits (429 with nothing written)."""
     async with sessions.begin() as session:
-        await backpressure.admit(session, settings, row.tenant_id)
-        session.add(row)
+        await backpressure.admit(session, settings, episodes[0].tenant_id, len(episodes))
+        session.add_all(episodes)
+
+
+def children_of(parent: models.EpisodeRow, n: int) -> list[models.EpisodeRow]:
+    """A fork's `n` children, `opening`: the parent's task, scorer and ground truth; the
+    step they start from is written by the worker that takes them (`assign`)."""
+    return [
+        models.EpisodeRow(
+            id=new_episode_id(),
+            tenant_id=parent.tenant_id,
+            status="opening",
+            prompt=parent.prompt,
+            spec=parent.spec,
+            scorer=parent.scorer,
+            ground_truth=parent.ground_truth,
+            parent_id=parent.id,
+        )
+        for _ in range(n)
+    ]
+
+
+async def discard(sessions: Sessions, episode_ids: Sequence[str]) -> None:
+    """Delete episodes no worker took (a refused fork's children): nothing of them stays."""
+    async with sessions.begin() as session:
+        await session.execute(
+            delete(models.EpisodeRow).where(
+                models.EpisodeRow.id.in_(episode_ids), models.EpisodeRow.status == "opening"
+            )
+        )
+
+
+async def find_many(sessions: Sessions, episode_ids: Sequence[str]) -> list[models.EpisodeRow]:
+    """The rows of `episode_ids`, in that order (each one must exist)."""
+    async with sessions() as session:
+        found = await session.scalars(
+            select(models.EpisodeRow).where(models.EpisodeRow.id.in_(episode_ids))
+        )
+        by_id = {row.id: row for row in found}
+    return [by_id[episode_id] for episode_id in episode_ids]
 
 
 async def find(sessions: Sessions, tenant: str, episode_id: str) -> models.EpisodeRow:
@@ -144,13 +185,19 @@ async def find(sessions: Sessions, tenant: str, episode_id: str) -> models.Episo
     return row
 
 
-async def assign(sessions: Sessions, episode_id: str, worker: str) -> Opening | None:
-    """Take an `opening` episode for `worker` (None: gone, or another took it)."""
+async def assign(
+    sessions: Sessions, episode_id: str, worker: str, fork_step: int | None = None
+) -> Opening | None:
+    """Take an `opening` episode for `worker` (None: gone, or another took it); a fork's
+    child records the step it starts from (`fork_step`)."""
+    values: dict[str, Any] = {"status": "open", "worker": worker, "updated_at": utc_now()}
+    if fork_step is not None:
+        values["fork_step"] = values["steps"] = fork_step
     async with sessions.begin() as session:
         row = await session.scalar(
             update(models.EpisodeRow)
             .where(models.EpisodeRow.id == episode_id, models.EpisodeRow.status == "opening")
-            .values(status="open", worker=worker, updated_at=utc_now())
+            .values(**values)
             .returning(models.EpisodeRow)
         )
         if row is None:

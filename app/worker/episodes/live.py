@@ -14,13 +14,26 @@ import asyncio
 import copy
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from app.agent.tools import tool_schemas
-from app.agent.types import Completion, DeltaCallback, Message, Outcome, Step, ToolSchema
+from app.agent.types import (
+    Completion,
+    DeltaCallback,
+    Message,
+    Outcome,
+    Resume,
+    Step,
+    ToolSchema,
+    Usage,
+)
+from app.errors import SandboxError
 from app.llm.openai import parse_completion
 from app.runner.episode import EpisodeResult, Runner
+from app.sandbox import snapshot
+from app.sandbox.docker import DockerSandbox
 from app.sandbox.reaper import CREATED_LABEL, INSTANCE_LABEL, WORKER_LABEL
 from app.services.episodes.service import Opening
 from app.states import FinishReason
@@ -63,8 +76,31 @@ class _Sink:
         return None
 
 
+@dataclass(frozen=True)
+class ForkPoint:
+    """An open episode between two steps, as its children start from it: the history as
+    its trainer was last handed it, the steps taken, and its sandbox's writable files."""
+
+    messages: list[Message]
+    steps: list[Step]
+    usage: Usage
+    files: bytes
+
+    @property
+    def index(self) -> int:
+        """The step the children take next (the parent's next step too)."""
+        return len(self.steps)
+
+
 class LiveEpisode:
-    def __init__(self, runner: Runner, opening: Opening, worker: str, instance: str) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        opening: Opening,
+        worker: str,
+        instance: str,
+        fork: ForkPoint | None = None,
+    ) -> None:
         self.id = opening.id
         self.spec = opening.spec
         self.opening = opening
@@ -81,6 +117,14 @@ class LiveEpisode:
         self.runner = runner
         self.model = TrainerModel()
         self.outcome = Outcome(finish_reason=FinishReason.max_steps)
+        self.resume: Resume | None = None
+        if fork is not None:  # a child: its parent's files instead of the inputs, and history
+            self.episode = replace(self.episode, inputs=(), snapshot=fork.files)
+            self.outcome.steps = copy.deepcopy(fork.steps)
+            self.outcome.usage = replace(fork.usage)
+            self.resume = Resume(fork.messages, fork.index)
+        self.box: DockerSandbox | None = None
+        """The sandbox while it runs (a fork's snapshot is taken from it)."""
         self.stop = asyncio.Event()
         self.lock = asyncio.Lock()
         self.last_active = time.monotonic()
@@ -100,7 +144,9 @@ class LiveEpisode:
                 _Sink(),
                 stop=self.stop,
                 outcome=self.outcome,
+                on_sandbox=self._sandbox,
                 synchronous_sandbox=True,
+                resume=self.resume,
             )
         )
         await self._asked_or_ended()
@@ -132,6 +178,25 @@ class LiveEpisode:
         if self.run.done():
             return self._ended(reply)
         return {**reply, "done": False}
+
+    def _sandbox(self, box: DockerSandbox | None) -> None:
+        self.box = box
+
+    async def fork_point(self, max_bytes: int) -> ForkPoint:
+        """What children of this episode start from, now: call it with the lock held, the
+        loop waiting for the trainer's next turn (no tool runs while the files are read).
+        `snapshot.SnapshotTooLarge` past `max_bytes`."""
+        assert not self.done, "an ended episode has no sandbox to fork"
+        if self.box is None:
+            raise SandboxError("the episode's sandbox is not running")
+        files = await snapshot.take(self.box, max_bytes)
+        self.last_active = time.monotonic()
+        return ForkPoint(
+            messages=copy.deepcopy(self.model.history),
+            steps=copy.deepcopy(self.outcome.steps),
+            usage=replace(self.outcome.usage),
+            files=files,
+        )
 
     async def _asked_or_ended(self) -> None:
         """Until the loop calls its model again or ends."""

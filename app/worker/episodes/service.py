@@ -21,10 +21,11 @@ from redis.exceptions import RedisError
 
 from app.agent.types import Step
 from app.bus import episodes as bus
+from app.sandbox.snapshot import SnapshotTooLarge
 from app.services.episodes import counts as episodes_counts
 from app.services.episodes import service as rows
 from app.worker.context import WorkerContext
-from app.worker.episodes.live import LiveEpisode
+from app.worker.episodes.live import ForkPoint, LiveEpisode
 from app.worker.episodes.reward import needs_scoring, score_ended, scoring_lease
 
 log = logging.getLogger(__name__)
@@ -118,40 +119,92 @@ class EpisodeServer:
         group.create_task(self._open(request))
 
     async def _open(self, request: bus.OpenRequest) -> None:
+        await self._answer(request.reply, await self._start(request.episode_id))
+
+    async def _start(self, episode_id: str, fork: ForkPoint | None = None) -> dict[str, Any]:
+        """Take the `opening` episode and start it (a fork's child: from `fork`); the reply
+        to whoever asked. Counted in `self.opening` by the caller until it is in `self.live`."""
         counted = True  # in `self.opening` until it is in `self.live`: one slot, never two
         try:
-            opening = await rows.assign(self.ctx.sessions, request.episode_id, self.ctx.name)
+            step = None if fork is None else fork.index
+            opening = await rows.assign(self.ctx.sessions, episode_id, self.ctx.name, step)
             if opening is None:  # ended (the API gave up) before a worker got to it
-                await self._answer(request.reply, {"failure": "episode ended"})
-                return
-            episode = LiveEpisode(self.ctx.runner, opening, self.ctx.name, self.ctx.instance)
+                return {"failure": "episode ended"}
+            episode = LiveEpisode(self.ctx.runner, opening, self.ctx.name, self.ctx.instance, fork)
             self.live[episode.id] = episode
             self.opening, counted = self.opening - 1, False
             async with episode.lock:
                 reply = await episode.start()
                 if reply["done"]:
                     await self._finish(episode, reply)
-            await self._answer(request.reply, reply)
+            return reply
         except Exception as exc:
-            log.exception("could not open episode %s", request.episode_id)
-            if (started := self.live.pop(request.episode_id, None)) is not None:
+            log.exception("could not open episode %s", episode_id)
+            if (started := self.live.pop(episode_id, None)) is not None:
                 with suppress(Exception):  # its slot freed, whatever of its sandbox started
                     await self._closing(started)
             try:
                 await rows.end(
                     self.ctx.sessions,
-                    request.episode_id,
+                    episode_id,
                     status="done",
                     finish_reason="sandbox_error",
                     error=f"could not open the episode: {exc!r}",
                     error_kind=rows.INFRASTRUCTURE,
                 )
             except Exception:  # not raised in a TaskGroup child: the API ends it on its call
-                log.exception("could not end episode %s", request.episode_id)
-            await self._answer(request.reply, {"failure": "could not open"})
+                log.exception("could not end episode %s", episode_id)
+            return {"failure": "could not open"}
         finally:
             if counted:
                 self.opening -= 1
+
+    async def _fork(self, parent: LiveEpisode, children: list[str]) -> dict[str, Any]:
+        """Start `children` (rows the API made, `opening`) from the parent as it is now: its
+        snapshot is taken under its lock (it pauses for it, then goes on); every child holds
+        a slot of this worker, where the snapshot is."""
+        s = self.ctx.settings
+        free = s.episode_slots - self._held()
+        if len(children) > free:
+            return {
+                "refused": f"this worker has {max(free, 0)} episode slots free, the fork asked"
+                f" for {len(children)} (SANDHIVE_EPISODE_SLOTS is {s.episode_slots})",
+                "status": 429,
+                "details": {"limit": "episode_slots", "free": max(free, 0), "asked": len(children)},
+            }
+        self.opening += len(children)  # held from now on: a second fork cannot take them too
+        starting = 0
+        try:
+            started = time.monotonic()
+            async with parent.lock:
+                if parent.done:
+                    return {"refused": "the episode is done", "status": 409}
+                try:
+                    point = await parent.fork_point(s.fork_max_snapshot_mb * 2**20)
+                except SnapshotTooLarge as exc:
+                    return {
+                        "refused": f"{exc.message} (SANDHIVE_FORK_MAX_SNAPSHOT_MB is"
+                        f" {s.fork_max_snapshot_mb}): nothing was started",
+                        "status": 422,
+                        "details": {
+                            "limit": "fork_max_snapshot_mb",
+                            "value": s.fork_max_snapshot_mb,
+                        },
+                    }
+            snapshot_ms = int((time.monotonic() - started) * 1000)
+            starting = len(children)  # from here `_start` uncounts each child itself
+            replies = await asyncio.gather(*(self._start(child, point) for child in children))
+        finally:
+            self.opening -= len(children) - starting
+        return {
+            "step": point.index,
+            "children": dict(zip(children, replies, strict=True)),
+            "timings": {
+                "snapshot_ms": snapshot_ms,
+                "snapshot_bytes": len(point.files),
+                "worker_ms": int((time.monotonic() - started) * 1000),
+            },
+        }
 
     async def _tell_free(self) -> None:
         """Tell the API how many episodes it may still open here when that changed (and
@@ -180,6 +233,8 @@ class EpisodeServer:
             if request.get("op") == "close":
                 await self._close(episode, "closed", "closed", None)
                 reply: dict[str, Any] = {"closed": True}
+            elif request.get("op") == "fork":
+                reply = await self._fork(episode, [str(c) for c in request["children"]])
             else:
                 reply = await self._step(episode, request.get("message"))
         except Exception as exc:
