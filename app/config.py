@@ -517,8 +517,9 @@ class Settings(BaseSettings):
     episode_idle_timeout_s: float = Field(default=600.0, gt=0)
     """An episode with no request for this long is closed and its sandbox removed."""
     fork_max_children: int = Field(default=64, ge=1, le=1024)
-    """Children one fork may ask for (`POST /v1/episodes/{id}/fork`, `n`; 422 above). Each
-    holds an episode slot of the parent's worker and counts against the tenant's cap."""
+    """Children one fork may ask for (`n` of `POST /v1/episodes/{id}/fork` or
+    `/v1/tasks/{id}/fork`; 422 above). Each counts against the tenant's cap; an episode's
+    children each hold an episode slot of the parent's worker."""
     fork_max_snapshot_mb: int = Field(default=1024, ge=1)
     """The largest snapshot of a parent's writable files a fork takes (held in the worker's
     memory while the children start); a larger one is refused (422) before any child starts."""

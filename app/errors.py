@@ -54,6 +54,12 @@ class Conflict(AppError):
     status, code = 409, "conflict"
 
 
+class ReplayDiverged(Conflict):
+    """A fork's replay of a recorded step observed something else (`app.runner.replay`)."""
+
+    code = "replay_diverged"
+
+
 class TooLarge(AppError):
     status, code = 413, "too_large"
 

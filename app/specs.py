@@ -150,6 +150,21 @@ class VerifierSpec(_Stored):
     """How long the command may run; the sandbox lives that much longer for it."""
 
 
+class ForkSpec(_Stored):
+    """Where a forked task starts (`POST /v1/tasks/{id}/fork`): the parent's recorded steps
+    before `step`, played again in a fresh sandbox (`app.runner.replay`), then its model."""
+
+    task_id: str
+    """The parent task."""
+    attempt: int
+    """The parent's attempt whose steps are replayed (its latest when forked)."""
+    step: int
+    """The steps replayed: the child's model is first asked for step `step`."""
+    allow_divergence: bool = False
+    """Go on when a replayed tool answers otherwise than recorded (`diverged` says where);
+    by default the fork stops there, `replay_diverged`."""
+
+
 class TaskSpec(_Stored):
     llm: LLMSpec
     limits: LimitsSpec
@@ -165,6 +180,8 @@ class TaskSpec(_Stored):
     """The task's own webhook; tasks stored before the field existed had none."""
     verifier: VerifierSpec | None = None
     """Run after the agent (Harbor's `tests/test.sh`); tasks stored before had none."""
+    fork: ForkSpec | None = None
+    """A fork of another task's step; None for every other task."""
 
 
 def stored(spec: TaskSpec) -> dict[str, Any]:

@@ -22,6 +22,9 @@ class FinishReason(StrEnum):
     sandbox_error = "sandbox_error"
     cancelled = "cancelled"
     worker_lost = "worker_lost"
+    replay_diverged = "replay_diverged"
+    """A fork rebuilt by replay saw a tool answer other than the recorded one (the
+    service's report, not the model's doing: nothing of the child's own ran yet)."""
 
 
 TERMINAL = frozenset({TaskStatus.succeeded, TaskStatus.failed, TaskStatus.cancelled})

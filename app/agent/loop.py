@@ -44,7 +44,7 @@ from app.agent.types import (
     Step,
     ToolCall,
 )
-from app.errors import ContextOverflow, LLMError, SandboxError
+from app.errors import ContextOverflow, LLMError, ReplayDiverged, SandboxError
 from app.states import FinishReason, timeout_error
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,8 @@ async def run_to_end(
         _finish(outcome, FinishReason.timeout, timeout_error(timeout_s))
     except ContextOverflow as exc:  # the server's window, not ours: the model's budget too
         _finish(outcome, FinishReason.context_limit, exc.message)
+    except ReplayDiverged as exc:  # a fork's replay saw another observation than recorded
+        _finish(outcome, FinishReason.replay_diverged, exc.message)
     except LLMError as exc:
         _finish(outcome, FinishReason.llm_error, exc.message)
     except SandboxError as exc:
@@ -209,7 +211,8 @@ async def _step(
         completion = await model.complete(messages, tools, flight.tee_delta(on_delta))
     step.llm_ms = int((time.monotonic() - started) * 1000)
     account_llm(outcome, step, completion)
-    messages.append(replayable(completion.message, ctx.profile))
+    step.message = replayable(completion.message, ctx.profile)
+    messages.append(step.message)
     if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
         # The package answers "no usable call" with a user message, not a tool message.
         step.observation = NO_TOOL_CALL_NUDGE

@@ -142,6 +142,9 @@ class Step:
     live so far. None for a step that ran to its end."""
     capture: Mapping[str, Any] | None = None
     """The model call's capture (`Completion.capture`) when the task asked for one."""
+    message: Message | None = None
+    """The assistant message exactly as the history sends it back: what a fork replays
+    (`app.runner.replay`)."""
 
 
 class EventSink(Protocol):

@@ -22,6 +22,7 @@ ASSETS = {
     "experiments.js": "text/javascript; charset=utf-8",
     "task_view.js": "text/javascript; charset=utf-8",
     "task_files.js": "text/javascript; charset=utf-8",
+    "task_fork.js": "text/javascript; charset=utf-8",
     "task_list.js": "text/javascript; charset=utf-8",
     "compare.js": "text/javascript; charset=utf-8",
     "sandboxes.js": "text/javascript; charset=utf-8",

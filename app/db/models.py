@@ -72,6 +72,9 @@ class Task(Base):
     error: Mapped[str | None] = mapped_column(Text)
     verification: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """What the task's verifier found (`VerificationOut`); null without one or before it ran."""
+    diverged: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    """A fork by replay allowed to diverge: the first step that answered otherwise than
+    its parent's (`step`, `expected`, `got`); None for every other task."""
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     idempotency_fingerprint: Mapped[str | None] = mapped_column(String(64))
     """sha256 of what a keyed task was submitted with (`services.idempotency`); null on rows
@@ -122,6 +125,9 @@ class Step(Base):
     back with their keys in the order they were sent (a chat template renders the tools'
     JSON into the prompt; `jsonb` sorts keys, and the re-rendered prompt was another).
     Deferred: trajectory reads never load it."""
+    message: Mapped[dict[str, Any] | None] = mapped_column(JSON, deferred=True)
+    """The step's assistant message exactly as the history sent it back (`json`: its keys
+    in order), which a fork by replay plays again; None in rows stored before it was kept."""
     capture: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
     """The same, as releases before `capture_json` stored it (keys reordered); read only
     for their rows."""

@@ -40,6 +40,7 @@ from app.schemas.tasks import (
 )
 from app.specs import (
     BuiltImage,
+    ForkSpec,
     LimitsSpec,
     LLMSpec,
     SandboxSpec,
@@ -98,6 +99,27 @@ def resolve_spec(
     if problems:
         raise InvalidInput(_summary(problems), details=problems)
     return spec
+
+
+def resolve_fork(
+    parent: TaskSpec,
+    fork: ForkSpec,
+    settings: Settings,
+    *,
+    llm: LLMOptions | None = None,
+    limits: Limits | None = None,
+) -> TaskSpec:
+    """A fork's spec: the parent's, its model and limits replaced when given (resolved and
+    checked as a task's are, all problems at once), without the parent's own webhook."""
+    problems: list[Problem] = []
+    update: dict[str, Any] = {"fork": fork, "webhook": None}
+    if llm is not None:
+        update["llm"] = _resolve_llm(llm, settings, problems)
+    if limits is not None:
+        update["limits"] = _resolve_limits(limits, settings, problems)
+    if problems:
+        raise InvalidInput(_summary(problems), details=problems)
+    return parent.model_copy(update=update)
 
 
 def profile_name(llm: LLMOptions, profiles: Mapping[str, LLMProfile]) -> str:

@@ -93,6 +93,8 @@ class EpisodeResult:
     verification: dict[str, Any] | None = None
     """What the task's verifier found (`VerificationOut`'s JSON); None without one, or when
     the agent's end leaves nothing to verify (cancelled, the model or the sandbox failed)."""
+    diverged: dict[str, Any] | None = None
+    """A fork's replay allowed to diverge: the first step that answered otherwise."""
 
     def answer(self, max_bytes: int) -> str | None:
         """The text of output/answer.txt, capped, or None when the agent wrote none."""

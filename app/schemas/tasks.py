@@ -505,6 +505,56 @@ class TaskOut(WireModel):
     without one."""
     verification: VerificationOut | None = None
     """What its verifier found; null without a verifier, or until it has run."""
+    fork: ForkOut | None = None
+    """Where a fork (`POST /v1/tasks/{id}/fork`) started from; null for other tasks."""
+
+
+class ForkOut(WireModel):
+    """A forked task's origin, and where its replay diverged if it was allowed to."""
+
+    parent_id: str
+    """The task it was forked from."""
+    step: int
+    """The steps of the parent it replayed; its own model took over at this step."""
+    allow_divergence: bool
+    """Whether it went on past a replayed tool answer that differed from the record."""
+    diverged: dict[str, Any] | None = None
+    """Where the replay diverged when that was allowed (`step`, `expected`, `got`); null
+    when every replayed step answered as recorded (or the fork stopped there:
+    `finish_reason: replay_diverged`, the report in `error`)."""
+
+
+class TaskForkIn(_Strict):
+    """Fork a task from one of its steps: new tasks that replay its steps before `step` in a
+    fresh sandbox, then go on with a model (its own, or the one given)."""
+
+    step: int = Field(ge=0)
+    """How many of the parent's steps to replay; its model is first asked for step `step`
+    (0: from the start, with the parent's prompt and inputs)."""
+    n: int = Field(default=1, ge=1, le=1024)
+    """Children (1 to `SANDHIVE_FORK_MAX_CHILDREN`)."""
+    rebuild: Literal["replay"] = "replay"
+    """How the sandbox is rebuilt: `replay`, the recorded tool calls run again in order,
+    each answer compared with the stored one."""
+    allow_divergence: bool = False
+    """Go on past a replayed answer that differs from the record (the child says where
+    in `fork.diverged`); by default the child stops there, `replay_diverged`."""
+    llm: LLMOptions | None = None
+    """Another model for the child (as a task's `llm`); none: the parent's."""
+    limits: Limits | None = None
+    """Other limits for the child (as a task's `limits`, defaults filled again); none: the
+    parent's."""
+
+
+class TaskForkOut(WireModel):
+    """A fork's children, queued."""
+
+    parent_id: str
+    """The task forked."""
+    step: int
+    """The branch point."""
+    tasks: list[TaskOut]
+    """The children, as `POST /v1/tasks` returns a task."""
 
 
 class TaskList(WireModel):

@@ -743,6 +743,8 @@
       this.extras = window.Sandhive.taskView ? window.Sandhive.taskView.attach(this) : null;
       // The running sandbox's Files panel: task_files.js.
       this.files = window.Sandhive.taskFiles ? window.Sandhive.taskFiles.attach(this) : null;
+      // "Fork from here" on each step and the family card: task_fork.js.
+      this.forks = window.Sandhive.taskFork ? window.Sandhive.taskFork.attach(this) : null;
       this.clock = setInterval(() => this.renderMeta(), 1000);
       await this.reload();
       this.connect();
@@ -755,6 +757,7 @@
       clearInterval(this.clock);
       if (this.extras) this.extras.stop();
       if (this.files) this.files.stop();
+      if (this.forks) this.forks.stop();
       if (this.ws) this.ws.close(1000);
       for (const url of this.objectUrls) URL.revokeObjectURL(url);
     }
@@ -778,6 +781,7 @@
       this.renderMeta();
       if (TERMINAL.has(this.task.status)) this.renderFinish(this.task);
       if (this.extras) this.extras.task(this.task);
+      if (this.forks) this.forks.task(this.task);
     }
 
     // -- the stream
@@ -915,6 +919,7 @@
           break; // keepalive and anything newer than this page
       }
       if (this.extras) this.extras.event(event);
+      if (this.forks) this.forks.event(event);
     }
 
     card(attempt, index) {

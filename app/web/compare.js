@@ -61,6 +61,14 @@
     return text.length > COMMAND_CHARS ? `${text.slice(0, COMMAND_CHARS)}…` : text;
   }
 
+  /** When one side is a fork of the other (docs/fork.md): which, and its branch step. */
+  function branchOf(sides) {
+    const [a, b] = sides.map((side) => side.task);
+    if (b.fork && b.fork.parent_id === a.id) return { parent: "A", child: "B", step: b.fork.step };
+    if (a.fork && a.fork.parent_id === b.id) return { parent: "B", child: "A", step: a.fork.step };
+    return null;
+  }
+
   function durationMs(task) {
     if (!task.started_at) return null;
     const end = task.finished_at ? Date.parse(task.finished_at) : Date.now();
@@ -195,11 +203,18 @@
           ),
         );
       };
-      const rows = numbers.map((n) => {
+      const branch = branchOf(sides);
+      const rows = [];
+      for (const n of numbers) {
+        if (branch && n === branch.step + 1) {
+          const text = `${branch.child} was forked from ${branch.parent} here: steps 1–${branch.step} were replayed, step ${n} on are its own`;
+          rows.push(el("tr", { class: "cmp-branch" }, el("td", { colspan: "3", text })));
+        }
         const [a, b] = [maps[0].get(n), maps[1].get(n)];
         const same = a && b && actionText(a.action) === actionText(b.action) && a.exit_code === b.exit_code;
-        return el("tr", { class: same ? "same" : "differs", "data-step": n }, el("th", { scope: "row", text: String(n) }), cell(a), cell(b));
-      });
+        const replayed = branch && n <= branch.step ? " replayed" : "";
+        rows.push(el("tr", { class: (same ? "same" : "differs") + replayed, "data-step": n }, el("th", { scope: "row", text: String(n) }), cell(a), cell(b)));
+      }
       return el(
         "section",
         { class: "card cmp-steps" },

@@ -19,9 +19,11 @@ from app.errors import AppError, InvalidInput, LLMError, SandboxError
 from app.ids import utc_now
 from app.kit import outage
 from app.runner.episode import EpisodeResult
+from app.runner.replay import RecordedTurn, ReplayModel
 from app.sandbox import reaper
 from app.schemas.tasks import UsageOut
 from app.services.tasks import attempts
+from app.services.tasks import forks as task_forks
 from app.services.tasks.attempts import StaleAttempt, StartedAttempt
 from app.services.tasks.lifecycle import TaskEnd
 from app.states import FinishReason
@@ -142,7 +144,9 @@ async def _run(
     outcome: Outcome,
 ) -> EpisodeResult:
     labels = reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name)
+    replay = None
     try:
+        replay = await _replay(ctx, started)
         result = await ctx.runner.run(
             started.spec,
             started.prompt,
@@ -154,11 +158,27 @@ async def _run(
             outcome=outcome,
             session=started.task_id,
             on_sandbox=running.hold,
+            model=replay,
         )
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
+        if replay is not None and replay.divergence is not None and replay.allow_divergence:
+            result.diverged = replay.divergence.as_json()
         return result
     finally:
         await sink.close()
+        if replay is not None:
+            await replay.close()
+
+
+async def _replay(ctx: WorkerContext, started: StartedAttempt) -> ReplayModel | None:
+    """A fork's model: its parent's recorded steps played again, then its own model."""
+    fork = started.spec.fork
+    if fork is None:
+        return None
+    turns = await task_forks.recorded_turns(ctx.sessions, fork)
+    model = ctx.runner.model(started.spec.llm, started.task_id)
+    recorded = [RecordedTurn(message, observation) for message, observation in turns]
+    return ReplayModel(recorded, model, allow_divergence=fork.allow_divergence)
 
 
 async def _announce_expiry(ctx: WorkerContext, started: StartedAttempt) -> None:
@@ -203,6 +223,7 @@ async def _store(ctx: WorkerContext, started: StartedAttempt, result: EpisodeRes
             usage=_usage(outcome),
             error=outcome.error,
             verification=result.verification,
+            diverged=result.diverged,
         ),
         files,
         skipped=result.skipped,

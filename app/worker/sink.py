@@ -65,7 +65,13 @@ class TaskSink:
         capture = None if step.capture is None else self._captures.compact(step.capture)
         await self._durable(
             lambda: attempts.save_step(
-                self.sessions, self.redis, self.task_id, out, next_index, capture=capture
+                self.sessions,
+                self.redis,
+                self.task_id,
+                out,
+                next_index,
+                capture=capture,
+                message=step.message,
             )
         )
         metrics.observe_step(step.llm_ms, step.tool_ms, step.prompt_tokens, step.completion_tokens)

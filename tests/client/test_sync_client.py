@@ -54,6 +54,24 @@ def test_submit_wait_trajectory_and_artifacts(
         assert archive.read("answer.txt") == ANSWER.encode()
 
 
+def test_fork_replays_a_task_from_a_step(live: Cluster, scripted_llm: ScriptedLLMServer) -> None:
+    name = model(scripted_llm, slow_answer_script(delay_s=0))
+    with Sandhive(live.base_url) as client:
+        parent = client.tasks.wait(client.tasks.create("fork me", llm={"model": name}).id)
+        forked = client.tasks.fork(parent.id, 2, n=2)
+        assert (forked.parent_id, forked.step, len(forked.tasks)) == (parent.id, 2, 2)
+        recorded = [s.observation for s in client.tasks.trajectory(parent.id).steps]
+        for child in forked.tasks:
+            assert child.fork is not None
+            assert (child.fork["parent_id"], child.fork["step"]) == (parent.id, 2)
+            done = client.tasks.wait(child.id, timeout_s=120, poll_s=0.3)
+            assert (done.status, done.answer) == ("succeeded", ANSWER)
+            replayed = [s.observation for s in client.tasks.trajectory(child.id).steps]
+            assert replayed == recorded  # the same script: replayed, then the same steps
+        with pytest.raises(NotFound):
+            client.tasks.fork(parent.id, 99)
+
+
 def test_stream_survives_a_dropped_connection_without_losing_or_repeating(
     live: Cluster, scripted_llm: ScriptedLLMServer
 ) -> None:

@@ -20,10 +20,19 @@ from app.config import Settings
 from app.errors import InvalidInput, TooLarge
 from app.resources import Resources
 from app.schemas.batches import TaskBatchCreate, TaskBatchOut
-from app.schemas.tasks import ErrorOut, TaskCreate, TaskList, TaskOut, TrajectoryOut
+from app.schemas.tasks import (
+    ErrorOut,
+    TaskCreate,
+    TaskForkIn,
+    TaskForkOut,
+    TaskList,
+    TaskOut,
+    TrajectoryOut,
+)
 from app.services.cursors import CURSOR_PATTERN
 from app.services.rollouts import atif as rollout_atif
 from app.services.tasks import batch, cancel
+from app.services.tasks import forks as task_forks
 from app.services.tasks import service as tasks
 from app.services.tasks.filters import (
     MAX_Q_CHARS,
@@ -217,6 +226,10 @@ async def list_tasks(
         bool | None,
         Query(description="true: only the tasks of experiments' items; false: only the others"),
     ] = None,
+    forked_from: Annotated[
+        str | None,
+        Query(min_length=1, max_length=40, description="Only the forks of this task"),
+    ] = None,
 ) -> TaskList:
     """The tenant's tasks, newest first; pass `next_cursor` back as `cursor` for the next page.
 
@@ -230,6 +243,7 @@ async def list_tasks(
         created_after=iso_time("created_after", created_after),
         created_before=iso_time("created_before", created_before),
         in_experiment=in_experiment,
+        forked_from=forked_from,
     )
     return await tasks.list_tasks(
         res.sessions, tenant, status=status, limit=limit, cursor=cursor, filters=filters
@@ -250,6 +264,19 @@ async def get_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
 async def cancel_task(task_id: str, res: Res, tenant: Tenant) -> TaskOut:
     """Cancel: a queued task ends at once, a running one's sandbox stops within seconds."""
     return await cancel.cancel_task(res.sessions, res.redis, tenant, task_id)
+
+
+@router.post(
+    "/{task_id}/fork",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskForkOut,
+    responses=_SUBMIT_ERRORS,
+)
+async def fork_task(task_id: str, body: TaskForkIn, res: Res, tenant: Tenant) -> TaskForkOut:
+    """Fork a task from one of its steps (docs/fork.md): `n` new tasks that replay its
+    steps before `step` in a fresh sandbox, each answer checked against the record, then
+    go on with a model (its own or the one given). 404 for a step it never completed."""
+    return await task_forks.fork_task(res.sessions, res.redis, res.settings, tenant, task_id, body)
 
 
 @router.get(

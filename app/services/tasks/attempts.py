@@ -200,8 +200,10 @@ async def save_step(
     next_index: int | None = None,
     *,
     capture: Mapping[str, Any] | None = None,
+    message: Mapping[str, Any] | None = None,
 ) -> None:
-    """Store one finished step of attempt `step.attempt` and announce it.
+    """Store one finished step of attempt `step.attempt` and announce it; `message`: its
+    assistant message as the history sent it back (what a fork by replay plays again).
 
     With `next_index`, the next step's `step.started` rides in the same
     transaction, right after this `step.completed`: one commit per step on the
@@ -218,8 +220,11 @@ async def save_step(
         action = step.action.model_dump() if step.action else None
         conn = await session.connection()  # Core insert: see `record_events`
         kept = storable(dict(capture)) if capture is not None else None  # `llm.capture` (RL)
+        sent = storable(dict(message)) if message is not None else None
         await conn.execute(
-            insert(models.STEPS).values(task_id=task_id, action=action, capture_json=kept, **row)
+            insert(models.STEPS).values(
+                task_id=task_id, action=action, capture_json=kept, message=sent, **row
+            )
         )
     await publish_quietly(redis, events)
 

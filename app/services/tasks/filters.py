@@ -1,5 +1,5 @@
 """The task list's filters (`q`, `model`, `metadata.KEY`, `created_after`/`created_before`,
-`in_experiment`).
+`in_experiment`, `forked_from`).
 
 Every filter is a plain predicate on the tenant's newest-first walk down the
 (tenant_id, created_at) index, stopped at the page size: no trigram or GIN index is
@@ -44,6 +44,8 @@ class TaskFilters:
     """Exclusive, so `created_after=X&created_before=Y` is the half-open interval [X, Y)."""
     in_experiment: bool | None = None
     """True: only the tasks that run experiments' items; False: only the others."""
+    forked_from: str | None = None
+    """Only the forks of this task (`POST /v1/tasks/{id}/fork`)."""
 
     def apply(self, query: Select[models.Task]) -> Select[models.Task]:
         task = models.Task
@@ -60,6 +62,8 @@ class TaskFilters:
             query = query.where(task.created_at >= _aware(self.created_after))
         if self.created_before is not None:
             query = query.where(task.created_at < _aware(self.created_before))
+        if self.forked_from is not None:
+            query = query.where(task.spec.contains({"fork": {"task_id": self.forked_from}}))
         if self.in_experiment is not None:  # by the items' unique task_id index
             linked = exists().where(models.ExperimentItem.task_id == task.id)
             query = query.where(linked if self.in_experiment else ~linked)

@@ -42,6 +42,8 @@ class TaskEnd:
     error: str | None = None
     verification: dict[str, Any] | None = None
     """What the task's verifier found (`VerificationOut`'s JSON), when it ran."""
+    diverged: dict[str, Any] | None = None
+    """A fork's replay that was allowed to diverge, where it did (`app.runner.replay`)."""
 
 
 async def lock_row(
@@ -89,6 +91,8 @@ async def finish_row(session: AsyncSession, task: models.Task, outcome: TaskEnd)
     }
     if outcome.verification is not None:
         task.verification = data["verification"] = storable(outcome.verification)
+    if outcome.diverged is not None:
+        task.diverged = data["diverged"] = storable(outcome.diverged)
     await task_changed(session, task, TASK_FINISHED)  # the outbox row commits with the end
     return [await record_event(session, task.id, TASK_FINISHED, data)]
 

@@ -26,6 +26,7 @@ from app.errors import InvalidInput
 from app.ids import new_task_id, utc_now
 from app.schemas.tasks import (
     ActionOut,
+    ForkOut,
     SkippedArtifact,
     StepOut,
     TaskCreate,
@@ -288,4 +289,17 @@ def task_out(row: models.Task) -> TaskOut:
         artifacts_skipped=skipped_of(row),
         webhook=spec.webhook,
         verification=VerificationOut.model_validate(row.verification) if row.verification else None,
+        fork=_fork_of(spec, row),
+    )
+
+
+def _fork_of(spec: TaskSpec, row: models.Task) -> ForkOut | None:
+    fork = spec.fork
+    if fork is None:
+        return None
+    return ForkOut(
+        parent_id=fork.task_id,
+        step=fork.step,
+        allow_divergence=fork.allow_divergence,
+        diverged=row.diverged,
     )

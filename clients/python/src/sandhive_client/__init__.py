@@ -63,6 +63,7 @@ from sandhive_client.models import (
     SandboxPage,
     Step,
     Task,
+    TaskFork,
     TaskPage,
     Trajectory,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "ServerError",
     "Step",
     "Task",
+    "TaskFork",
     "TaskPage",
     "TooLarge",
     "Trajectory",

@@ -27,6 +27,7 @@ from sandhive_client.models import (
     SandboxInfo,
     SandboxPage,
     Task,
+    TaskFork,
     TaskPage,
     Trajectory,
 )
@@ -98,6 +99,15 @@ def list_tasks(
 def cancel_task(task_id: str) -> Call[Task]:
     return Call(
         "POST", f"/v1/tasks/{_seg(task_id)}/cancel", lambda r: Task.model_validate(r.json())
+    )
+
+
+def fork_task(task_id: str, step: int, n: int, fields: Mapping[str, Any]) -> Call[TaskFork]:
+    return Call(
+        "POST",
+        f"/v1/tasks/{_seg(task_id)}/fork",
+        lambda r: TaskFork.model_validate(r.json()),
+        json={**fields, "step": step, "n": n},
     )
 
 

@@ -47,6 +47,7 @@ from sandhive_client.models import (
     SandboxInfo,
     SandboxPage,
     Task,
+    TaskFork,
     TaskPage,
     Trajectory,
 )
@@ -197,6 +198,12 @@ class AsyncTasks:
 
     async def cancel(self, task_id: str) -> Task:
         return await self._c.call(_calls.cancel_task(task_id))
+
+    async def fork(self, task_id: str, step: int, *, n: int = 1, **fields: Any) -> TaskFork:
+        """`n` new tasks that replay the task's steps before `step` in a fresh sandbox, then go
+        on with a model (`llm=...` for another one; `allow_divergence`, `limits`:
+        docs/fork.md)."""
+        return await self._c.call(_calls.fork_task(task_id, step, n, fields))
 
     async def wait(
         self, task_id: str, *, timeout_s: float | None = None, poll_s: float = 1.0

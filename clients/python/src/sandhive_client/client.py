@@ -43,6 +43,7 @@ from sandhive_client.models import (
     SandboxInfo,
     SandboxPage,
     Task,
+    TaskFork,
     TaskPage,
     Trajectory,
 )
@@ -211,6 +212,12 @@ class Tasks:
 
     def cancel(self, task_id: str) -> Task:
         return self._c.call(_calls.cancel_task(task_id))
+
+    def fork(self, task_id: str, step: int, *, n: int = 1, **fields: Any) -> TaskFork:
+        """`n` new tasks that replay the task's steps before `step` in a fresh sandbox, then go
+        on with a model (`llm=...` for another one; `allow_divergence`, `limits`:
+        docs/fork.md)."""
+        return self._c.call(_calls.fork_task(task_id, step, n, fields))
 
     def wait(self, task_id: str, *, timeout_s: float | None = None, poll_s: float = 1.0) -> Task:
         """The task once it has ended; WaitTimeout after `timeout_s` (None: no limit)."""

@@ -41,11 +41,21 @@ class Task(_Model):
     answer: str | None = None
     usage: Usage = Field(default_factory=Usage)
     error: str | None = None
+    fork: dict[str, Any] | None = None
+    """A fork's origin (`parent_id`, `step`, `allow_divergence`, `diverged`); None otherwise."""
 
     @property
     def done(self) -> bool:
         """True once the task ended (succeeded, failed or cancelled)."""
         return self.status in TERMINAL_STATUSES
+
+
+class TaskFork(_Model):
+    """A fork's children (`tasks.fork`), queued: each replays `step` steps of `parent_id`."""
+
+    parent_id: str
+    step: int
+    tasks: list[Task]
 
 
 class TaskPage(_Model):

@@ -1,0 +1,130 @@
+"""A task forked by replay: the parent's recorded turns played to the loop again, each
+tool call run again in a fresh sandbox and its answer checked against the record, then the
+task's own model from the branch step on.
+
+The loop runs unchanged (`app.agent.loop`): for its first `len(turns)` calls this model
+answers with the parent's assistant messages as the parent's history held them, so the
+loop runs each recorded tool call in the new sandbox as the parent's loop ran it, and
+appends what it observes. Each later call first compares that observation (the first
+message after the newest assistant message, its Steps Remaining suffix aside) with the
+recorded one. The first difference raises `ReplayDiverged` with the step, both texts and
+a diff (the task ends `replay_diverged`), unless divergence is allowed: then it is kept in
+`divergence` and the replay goes on, the history holding what the new sandbox answered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.agent.types import ChatModel, Completion, DeltaCallback, Message, ToolSchema
+from app.errors import ReplayDiverged
+from app.llm.openai import text_of
+from app.llm.tool_calls import parse_tool_calls
+
+SUFFIX = re.compile(r"\nSteps Remaining: \d+\Z")
+DIFF_LINES = 40
+SHOWN_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One step of the parent: its assistant message and what its tool call observed."""
+
+    message: Message
+    observation: str
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step whose replayed observation was not the recorded one."""
+
+    step: int
+    expected: str
+    got: str
+
+    def report(self) -> str:
+        """Step, both texts (capped) and a unified diff: the task's `error`."""
+        diff = difflib.unified_diff(
+            self.expected.splitlines(),
+            self.got.splitlines(),
+            "recorded",
+            "replayed",
+            lineterm="",
+        )
+        shown = "\n".join(list(diff)[:DIFF_LINES])
+        return (
+            f"the replay diverged at step {self.step}: its tool answered otherwise than"
+            f" recorded.\nrecorded: {self.expected[:SHOWN_CHARS]!r}\nreplayed:"
+            f" {self.got[:SHOWN_CHARS]!r}\n{shown}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "expected": self.expected[:SHOWN_CHARS],
+            "got": self.got[:SHOWN_CHARS],
+        }
+
+
+class ReplayModel:
+    """A `ChatModel` that plays `turns`, then asks `model`."""
+
+    def __init__(
+        self, turns: Sequence[RecordedTurn], model: ChatModel, *, allow_divergence: bool
+    ) -> None:
+        self.turns, self.model = list(turns), model
+        self.allow_divergence = allow_divergence
+        self.calls = 0
+        self.divergence: Divergence | None = None
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        on_delta: DeltaCallback | None = None,
+    ) -> Completion:
+        index, self.calls = self.calls, self.calls + 1
+        if 0 < index <= len(self.turns):
+            self._check(index - 1, messages)
+        if index < len(self.turns):
+            return recorded_completion(self.turns[index].message)
+        return await self.model.complete(messages, tools, on_delta)
+
+    async def close(self) -> None:
+        """Close the model it hands over to (an HTTP client's connections)."""
+        close = getattr(self.model, "aclose", None)
+        if close is not None:
+            await close()
+
+    def _check(self, step: int, messages: Sequence[Message]) -> None:
+        expected = self.turns[step].observation
+        answers = observed(messages)
+        if expected in answers or self.divergence is not None:
+            return
+        self.divergence = Divergence(step, expected, answers[0] if answers else "")
+        if not self.allow_divergence:
+            raise ReplayDiverged(self.divergence.report(), details=self.divergence.as_json())
+
+
+def observed(messages: Sequence[Message]) -> list[str]:
+    """What the newest step answered: the messages after the newest assistant message (its
+    tool's answer first, then any "not run" answers or the nudge), Steps Remaining aside."""
+    for at in range(len(messages) - 1, -1, -1):
+        if messages[at].get("role") == "assistant":
+            return [SUFFIX.sub("", text_of(m.get("content"))) for m in messages[at + 1 :]]
+    return []
+
+
+def recorded_completion(message: Message) -> Completion:
+    """The loop's view of a recorded assistant message, the message itself kept as is."""
+    calls, _ = parse_tool_calls(message.get("tool_calls"))
+    return Completion(
+        message=message,
+        content=text_of(message.get("content")),
+        reasoning=text_of(message.get("reasoning_content") or message.get("reasoning")),
+        tool_calls=calls,
+    )

@@ -1,0 +1,33 @@
+"""task forks: each step's assistant message as sent back, and where a replay diverged.
+
+A fork by replay plays a task's recorded assistant messages again; the step rows kept
+their parts (text, the tool call) but not the message itself, whose keys, call ids and
+argument strings a rebuilt one would not reproduce byte for byte. `json`, not `jsonb`, so
+its keys come back in the order sent.
+
+Revision ID: c5f9a3b7e1d2
+Revises: b4e8f2a6d9c3
+Create Date: 2026-12-19 09:00:00.000000+00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "c5f9a3b7e1d2"
+down_revision: str | None = "b4e8f2a6d9c3"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Nullable, no default: adding them rewrites nothing; an earlier release ignores them.
+    op.add_column("steps", sa.Column("message", sa.JSON(), nullable=True))
+    op.add_column("tasks", sa.Column("diverged", postgresql.JSONB(), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("tasks", "diverged")
+    op.drop_column("steps", "message")

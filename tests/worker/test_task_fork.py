@@ -1,0 +1,215 @@
+"""Forking a task from one of its steps by replay (`POST /v1/tasks/{id}/fork`), run by a real
+worker in real sandboxes with the scripted model.
+
+A child replays the parent's steps before the branch in a fresh sandbox, so its files are
+as they were after that step, whatever the parent did later; its model is first asked
+with exactly the messages the parent's model got at that step; children do not share a
+sandbox; a replayed command whose answer differs from the record (it prints the time)
+stops the child at that step, or is recorded where the caller allowed it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from redis.asyncio import Redis
+
+from app.api.app import create_app
+from app.config import Settings
+from app.db.engine import Sessions
+from app.schemas.tasks import LLMOptions, TaskCreate, TaskForkIn, TaskOut
+from app.scripted import Script, ScriptedLLMServer, Turn
+from app.services.tasks import forks as task_forks
+from app.services.tasks import service as tasks
+from app.worker.pool import Worker
+from tests.api.conftest import serve
+
+FILE = "/testbed/notes.txt"
+
+
+def bash(command: str) -> Turn:
+    return Turn(tool="execute_bash", arguments={"command": command})
+
+
+SUBMIT = Turn(tool="submit")
+
+
+def after(replayed: int, *turns: Turn) -> Script:
+    """A child's script: the scripted model picks a turn by the assistant messages already
+    in the history, so a child's first call, after `replayed` steps, plays turn `replayed`."""
+    unused = Turn(content="never played: these steps are replayed, not asked")
+    return Script([*[unused] * replayed, *turns])
+
+
+async def run_parent(
+    settings: Settings,
+    redis: Redis,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    model: str,
+    turns: list[Turn],
+) -> TaskOut:
+    scripted_llm.add_script(model, Script(turns))
+    body = TaskCreate(prompt="fork me", llm=LLMOptions(model=model))
+    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
+    await Worker(settings).run(burst=True)
+    done = await tasks.get_task(sessions, "default", task.id)
+    assert done.finish_reason == "submitted", done.error
+    return done
+
+
+async def fork(
+    settings: Settings, redis: Redis, sessions: Sessions, parent: TaskOut, **body: Any
+) -> list[TaskOut]:
+    forked = await task_forks.fork_task(
+        sessions, redis, settings, "default", parent.id, TaskForkIn(**body)
+    )
+    await Worker(settings).run(burst=True)
+    return [await tasks.get_task(sessions, "default", child.id) for child in forked.tasks]
+
+
+async def observations(sessions: Sessions, task_id: str) -> list[str]:
+    trajectory = await tasks.get_trajectory(sessions, "default", task_id)
+    return [step.observation for step in trajectory.steps]
+
+
+def stdout(observation: str) -> str:
+    return observation.split("[STDOUT]\n", 1)[1] if "[STDOUT]\n" in observation else ""
+
+
+async def test_a_child_has_the_files_of_its_branch_step_and_its_own_sandbox(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
+        "fork-files-parent",
+        [
+            bash("echo one > /tmp/scratch.txt"),
+            bash("mkdir -p /testbed/work && echo two > /testbed/work/two.txt"),
+            bash(f"echo after-3 > {FILE}"),
+            bash(f"cat {FILE}"),
+            bash(f"echo after-5 > {FILE}"),
+            SUBMIT,
+        ],
+    )
+    look = bash(f"cat {FILE} /tmp/scratch.txt /testbed/work/two.txt; echo mine >> {FILE}")
+    scripted_llm.add_script("fork-files-child", after(3, look, SUBMIT))
+    children = await fork(
+        settings, redis, sessions, parent, step=3, n=2, llm={"model": "fork-files-child"}
+    )
+    for child in children:
+        assert child.status == "succeeded", child.error
+        assert child.fork is not None
+        assert (child.fork.parent_id, child.fork.step, child.fork.diverged) == (parent.id, 3, None)
+        seen = await observations(sessions, child.id)
+        assert seen[:3] == (await observations(sessions, parent.id))[:3]  # replayed as recorded
+        # As after step 3: not the parent's later write, and not the sibling's.
+        assert stdout(seen[3]) == "after-3\none\ntwo\n"
+        assert child.usage.steps == 5
+
+
+async def test_the_childs_model_gets_exactly_the_parents_messages_at_the_branch(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
+        "fork-exact-parent",
+        [
+            bash("echo x > /testbed/x.txt"),
+            Turn(
+                tool="str_replace_editor",
+                arguments='{"command":"view","path":"/testbed/x.txt"}',  # as sent, not re-dumped
+                content="Let me look.",
+            ),
+            bash("ls -la /testbed"),
+            SUBMIT,
+        ],
+    )
+    at_branch = scripted_llm.last_request("fork-exact-parent")  # its 4th call: step 3
+    assert at_branch is not None
+    scripted_llm.add_script("fork-exact-child", after(3, SUBMIT))
+    [child] = await fork(
+        settings, redis, sessions, parent, step=3, llm={"model": "fork-exact-child"}
+    )
+    assert child.status == "succeeded", child.error
+    first = scripted_llm.last_request("fork-exact-child")
+    assert first is not None
+    assert scripted_llm.requests["fork-exact-child"] == 1
+    assert json.dumps(first["messages"]) == json.dumps(at_branch["messages"])
+    assert json.dumps(first["tools"]) == json.dumps(at_branch["tools"])
+
+
+async def test_a_replay_that_diverges_stops_at_that_step_or_records_it(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
+        "fork-diverge-parent",
+        [bash("echo same"), bash("date +%s%N"), bash("echo after"), SUBMIT],
+    )
+    scripted_llm.add_script("fork-diverge-child", after(3, SUBMIT))
+    [stopped] = await fork(
+        settings, redis, sessions, parent, step=3, llm={"model": "fork-diverge-child"}
+    )
+    assert (stopped.status, stopped.finish_reason) == ("failed", "replay_diverged")
+    assert stopped.error is not None
+    assert "diverged at step 1" in stopped.error
+    assert "+" in stopped.error  # the diff's replayed side
+    assert scripted_llm.requests.get("fork-diverge-child", 0) == 0  # never asked
+
+    [allowed] = await fork(
+        settings,
+        redis,
+        sessions,
+        parent,
+        step=3,
+        allow_divergence=True,
+        llm={"model": "fork-diverge-child"},
+    )
+    assert allowed.status == "succeeded", allowed.error
+    assert allowed.fork is not None
+    assert allowed.fork.diverged is not None
+    assert allowed.fork.diverged["step"] == 1
+    assert allowed.fork.diverged["expected"] != allowed.fork.diverged["got"]
+
+
+async def test_forks_refused_with_what_is_wrong(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
+        "fork-refused-parent",
+        [bash("echo a"), SUBMIT],
+    )
+    async with serve(create_app(settings)) as api:
+        url = f"/v1/tasks/{parent.id}/fork"
+        missing = await api.post(url, json={"step": 5})
+        assert missing.status_code == 404, missing.text
+        assert missing.json()["error"]["details"] == {"completed_steps": 2}
+        after_submit = await api.post(url, json={"step": 2})
+        assert after_submit.status_code == 422, after_submit.text
+        assert "submitted" in after_submit.json()["error"]["message"]
+        too_many = await api.post(url, json={"step": 1, "n": 65})
+        assert too_many.status_code == 422, too_many.text
+        no_room = await api.post(url, json={"step": 1, "limits": {"max_steps": 1}})
+        assert no_room.status_code == 422, no_room.text
+        unknown = await api.post("/v1/tasks/tsk_nope/fork", json={"step": 0})
+        assert unknown.status_code == 404, unknown.text
+        ok = await api.post(url, json={"step": 1, "n": 2})
+        assert ok.status_code == 202, ok.text
+        assert [t["fork"]["parent_id"] for t in ok.json()["tasks"]] == [parent.id] * 2
+    listed = await tasks.list_tasks(sessions, "default")
+    assert len(listed.items) == 3  # the refusals wrote nothing
