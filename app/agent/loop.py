@@ -211,8 +211,8 @@ async def _step(
         completion = await model.complete(messages, tools, flight.tee_delta(on_delta))
     step.llm_ms = int((time.monotonic() - started) * 1000)
     account_llm(outcome, step, completion)
-    step.message = replayable(completion.message, ctx.profile)
-    messages.append(step.message)
+    step.message = completion.message  # as the model sent it: a replay repairs it again
+    messages.append(replayable(completion.message, ctx.profile))
     if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
         # The package answers "no usable call" with a user message, not a tool message.
         step.observation = NO_TOOL_CALL_NUDGE

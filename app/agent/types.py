@@ -143,8 +143,8 @@ class Step:
     capture: Mapping[str, Any] | None = None
     """The model call's capture (`Completion.capture`) when the task asked for one."""
     message: Message | None = None
-    """The assistant message exactly as the history sends it back: what a fork replays
-    (`app.runner.replay`)."""
+    """The assistant message as the model sent it (the history holds it as `replayable`
+    makes it): what a fork replays (`app.runner.replay`)."""
 
 
 class EventSink(Protocol):

@@ -19,6 +19,7 @@ check across fields is stated in JSON Schema where JSON Schema can say it:
 - base64 is base64 (`validate=True`: the alphabet and its padding), and an exec's `stdin`
   is base64 when `stdin_encoding` says so;
 - `llm.base_url` only as one of the operator's `SANDHIVE_LLM_ALLOWED_BASE_URLS`;
+- a fork's `n` up to `SANDHIVE_FORK_MAX_CHILDREN`;
 - `sandbox.image` a catalogue image or `built/NAME`, `prompt_config` a config this server
   knows or a pair whose templates format and whose directories lie inside the workdir,
   an input file's path relative and normal; a vanilla task names no tools and no
@@ -78,6 +79,7 @@ def apply(schema: dict[str, Any], settings: Settings) -> None:
     _scorers(components, settings, model_rules)
     _task_parts(components, settings)
     _experiment_parts(components)
+    _forks(components, settings)
     _texts(components)
     _json_objects(components)
     for model in components.values():
@@ -348,6 +350,13 @@ def _task_parts(components: dict[str, Any], settings: Settings) -> None:
         components[name]["allOf"] = [*components[name].get("allOf", []), rule]
     arm = {"if": VANILLA, "then": {"properties": {"task": _no_sandbox_options(sandbox_prompts)}}}
     components["ArmCreate"]["allOf"] = [*components["ArmCreate"].get("allOf", []), arm]
+
+
+def _forks(components: dict[str, Any], settings: Settings) -> None:
+    """A fork's `n` up to this server's `SANDHIVE_FORK_MAX_CHILDREN`."""
+    for name in ("TaskForkIn", "EpisodeForkIn"):
+        if name in components:
+            components[name]["properties"]["n"]["maximum"] = settings.fork_max_children
 
 
 VANILLA = {"required": ["mode"], "properties": {"mode": {"const": "vanilla"}}}

@@ -72,6 +72,8 @@ class Task(Base):
     error: Mapped[str | None] = mapped_column(Text)
     verification: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """What the task's verifier found (`VerificationOut`); null without one or before it ran."""
+    parent_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    """The task a fork was made from (`spec.fork.task_id`), for `?forked_from=`."""
     diverged: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     """A fork by replay allowed to diverge: the first step that answered otherwise than
     its parent's (`step`, `expected`, `got`); None for every other task."""

@@ -31,7 +31,7 @@ from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
 from app.runner import verifier
-from app.sandbox import snapshot
+from app.sandbox import snapshot as snapshots
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.egress_proxy import proxy_policy
 from app.sandbox.files import CollectCaps, CollectedFile
@@ -80,9 +80,9 @@ class Episode:
     pooled: bool = True
     """False: never from (nor taught to) the warm pool (a tenant's own image, a verified
     task's extra mounts: one tenant's shapes must not hold the pool's slots)."""
-    snapshot: bytes | None = None
+    snapshot: snapshots.Unpack | None = None
     """A fork's sandbox: another's writable files (`app.sandbox.snapshot`), unpacked in
-    place of the inputs before the loop goes on from `Resume`."""
+    place of the inputs before the loop goes on from `Resume` (and then let go of)."""
 
 
 @dataclass
@@ -507,7 +507,7 @@ class Runner:
         box = box or await self.docker.create_sandbox(episode.sandbox)
         try:
             if episode.snapshot is not None:
-                await snapshot.restore(box, episode.snapshot)
+                await snapshots.restore(box, episode.snapshot.take())
             elif episode.inputs:
                 await box.put_files(episode.input_dir, episode.inputs)
         except BaseException:

@@ -1,14 +1,16 @@
-"""A task forked by replay: the parent's recorded turns played to the loop again, each
-tool call run again in a fresh sandbox and its answer checked against the record, then the
+"""A task forked by replay: the parent's recorded turns played to the loop again, each tool
+call run again in a fresh sandbox and its answer checked against the record, then the
 task's own model from the branch step on.
 
 The loop runs unchanged (`app.agent.loop`): for its first `len(turns)` calls this model
-answers with the parent's assistant messages as the parent's history held them, so the
-loop runs each recorded tool call in the new sandbox as the parent's loop ran it, and
-appends what it observes. Each later call first compares that observation (the first
-message after the newest assistant message, its Steps Remaining suffix aside) with the
-recorded one. The first difference raises `ReplayDiverged` with the step, both texts and
-a diff (the task ends `replay_diverged`), unless divergence is allowed: then it is kept in
+answers with the parent's assistant messages as its model sent them (the loop repairs its
+history's copy as it did for the parent), so the loop runs each recorded tool call in the
+new sandbox as the parent's loop ran it, and appends what it observes. Each later call
+first compares that observation (the first message after the newest assistant message, its
+Steps Remaining suffix aside) with the recorded one (the tool's answer, or the nudge after
+a turn without a usable call; the record as stored, so a NUL the store replaced is replaced
+here too). The first difference raises `ReplayDiverged` with the step, both texts and a
+diff (the task ends `replay_diverged`), unless divergence is allowed: then it is kept in
 `divergence` and the replay goes on, the history holding what the new sandbox answered.
 """
 
@@ -20,10 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.agent.tools import NO_TOOL_CALL_NUDGE
 from app.agent.types import ChatModel, Completion, DeltaCallback, Message, ToolSchema
 from app.errors import ReplayDiverged
 from app.llm.openai import text_of
 from app.llm.tool_calls import parse_tool_calls
+from app.schemas.tasks import storable
 
 SUFFIX = re.compile(r"\nSteps Remaining: \d+\Z")
 DIFF_LINES = 40
@@ -102,25 +106,32 @@ class ReplayModel:
 
     def _check(self, step: int, messages: Sequence[Message]) -> None:
         expected = self.turns[step].observation
-        answers = observed(messages)
-        if expected in answers or self.divergence is not None:
+        got = observed(messages, nudged=expected == NO_TOOL_CALL_NUDGE)
+        if storable(got) == expected or self.divergence is not None:
             return
-        self.divergence = Divergence(step, expected, answers[0] if answers else "")
+        self.divergence = Divergence(step, expected, got)
         if not self.allow_divergence:
             raise ReplayDiverged(self.divergence.report(), details=self.divergence.as_json())
 
 
-def observed(messages: Sequence[Message]) -> list[str]:
-    """What the newest step answered: the messages after the newest assistant message (its
-    tool's answer first, then any "not run" answers or the nudge), Steps Remaining aside."""
+def observed(messages: Sequence[Message], *, nudged: bool) -> str:
+    """What the newest step answered, Steps Remaining aside: the first message after the
+    newest assistant message (its tool's answer), or, for a turn without a usable call, the
+    last (the nudge, after any "not run" answers to its unusable calls)."""
     for at in range(len(messages) - 1, -1, -1):
         if messages[at].get("role") == "assistant":
-            return [SUFFIX.sub("", text_of(m.get("content"))) for m in messages[at + 1 :]]
-    return []
+            after = messages[at + 1 :]
+            if not after:
+                return ""
+            answer = after[-1] if nudged else after[0]
+            return SUFFIX.sub("", text_of(answer.get("content")))
+    return ""
 
 
 def recorded_completion(message: Message) -> Completion:
-    """The loop's view of a recorded assistant message, the message itself kept as is."""
+    """The loop's view of a recorded assistant message (as the model sent it: the loop
+    repairs its history copy again, and runs its calls, malformed arguments and all, as
+    the parent's loop did)."""
     calls, _ = parse_tool_calls(message.get("tool_calls"))
     return Completion(
         message=message,

@@ -1,20 +1,20 @@
 """A sandbox's writable files as one tar, and that tar put into a new sandbox: a fork.
 
-With the default fresh shell nothing of a sandbox outlives a command but its files, and
-it can only write to the workdir and the scratch tmpfs directories (`SCRATCH_DIRS`, a
-verified task's extra ones): the image below is read-only, and the same in every sandbox
-of that image. So a tar of those directories, taken between two steps, is the sandbox's
-state, and a new sandbox of the same shape with it unpacked is the same computer.
+With the default fresh shell nothing of a sandbox outlives a command but its files, and it
+can only write to the workdir and the scratch tmpfs directories (`SCRATCH_DIRS`, a verified
+task's extra ones): the image below is read-only, and the same in every sandbox of that
+image. So a tar of those directories, taken between two steps, is the sandbox's state, and
+a new sandbox of the same shape with it unpacked is the same computer.
 
-The tar is made by the sandbox's own `tar` over the exec channel (`docker exec` without
-one), streamed into the worker's memory and cut at `max_bytes`, which refuses a snapshot
-before any child exists. It goes back with `tar -x` after the directories are emptied
-(a fresh sandbox's own setup files, or its inputs, must not outlive the parent's
-deletions), through the channel when small; a large one by `docker exec` (`direct`),
-whose stdin streams, since the channel agent would hold the whole archive in the
-sandbox's memory, which its limit counts beside the tmpfs the files fill. The archive is
-untrusted (sandboxed code made it) but is only ever unpacked inside a sandbox of the
-same tenant, never parsed here.
+The tar is made by the sandbox's own GNU `tar` (Debian's; busybox's lacks the options) over
+the exec channel (`docker exec` without one), streamed into the worker's memory and cut at
+`max_bytes`, which refuses a snapshot before any child exists. It goes back with `tar -x`
+after the directories are emptied (a fresh sandbox's own setup files, or its inputs, must
+not outlive the parent's deletions), through the channel when small; a large one by `docker
+exec` (`direct`), whose stdin streams, since the channel agent would hold the whole archive
+in the sandbox's memory, which its limit counts beside the tmpfs the files fill. The
+archive is untrusted (sandboxed code made it) but is only ever unpacked inside a sandbox of
+the same tenant, never parsed here.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ TAR_SCRIPT = (
 """Archive the named directories (relative to /) that exist. Exit 1 is GNU tar's "a file
 changed as we read it" (a process the agent left running): the snapshot is still whole."""
 RESTORE_SCRIPT = (
-    'for d in "$@"; do [ -d "/$d" ] && find "/$d" -mindepth 1 -delete; done; '
-    "cd / && exec tar -x -f - --numeric-owner -p"
+    'for d in "$@"; do if [ -d "/$d" ]; then find "/$d" -mindepth 1 -delete || exit 3; fi; done;'
+    " cd / && exec tar -x -f - --numeric-owner -p"
 )
+"""Empty the directories (a file the parent deleted must not stay), then unpack."""
+SHM = "/dev/shm"
+"""Docker's shared-memory tmpfs: writable in every container, so copied too."""
 
 
 class SnapshotTooLarge(SandboxError):
@@ -53,8 +56,22 @@ class SnapshotTooLarge(SandboxError):
 
 def writable_dirs(config: SandboxConfig) -> list[str]:
     """The directories a sandbox of this shape can write to, relative to /."""
-    paths = [config.workdir, *SCRATCH_DIRS, *config.extra_scratch]
+    paths = [config.workdir, *SCRATCH_DIRS, *config.extra_scratch, SHM]
     return [path.strip("/") for path in dict.fromkeys(paths)]
+
+
+class Unpack:
+    """One new sandbox's hold on a snapshot: it lets go of the bytes once they are unpacked,
+    so a fork's child keeps its parent's files only until its own sandbox has them."""
+
+    def __init__(self, archive: bytes) -> None:
+        self._archive: bytes | None = archive
+
+    def take(self) -> bytes:
+        archive, self._archive = self._archive, None
+        if archive is None:
+            raise SandboxError("the snapshot was unpacked already")
+        return archive
 
 
 async def take(box: DockerSandbox, max_bytes: int) -> bytes:

@@ -528,7 +528,7 @@ class TaskForkIn(_Strict):
     """Fork a task from one of its steps: new tasks that replay its steps before `step` in a
     fresh sandbox, then go on with a model (its own, or the one given)."""
 
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_INT)
     """How many of the parent's steps to replay; its model is first asked for step `step`
     (0: from the start, with the parent's prompt and inputs)."""
     n: int = Field(default=1, ge=1, le=1024)
@@ -544,6 +544,15 @@ class TaskForkIn(_Strict):
     limits: Limits | None = None
     """Other limits for the child (as a task's `limits`, defaults filled again); none: the
     parent's."""
+
+    @model_validator(mode="after")
+    def _storable_text(self) -> TaskForkIn:
+        """The model's names are stored with the child: no NUL, no lone surrogate (422)."""
+        if self.llm is not None:
+            check_text(self.llm.profile, "llm.profile")
+            if self.llm.model is not None:
+                check_text(self.llm.model, "llm.model")
+        return self
 
 
 class TaskForkOut(WireModel):

@@ -1,4 +1,4 @@
-"""task forks: each step's assistant message as sent back, and where a replay diverged.
+"""task forks: each step's assistant message, a fork's parent, and where its replay diverged.
 
 A fork by replay plays a task's recorded assistant messages again; the step rows kept
 their parts (text, the tool call) but not the message itself, whose keys, call ids and
@@ -26,8 +26,12 @@ def upgrade() -> None:
     # Nullable, no default: adding them rewrites nothing; an earlier release ignores them.
     op.add_column("steps", sa.Column("message", sa.JSON(), nullable=True))
     op.add_column("tasks", sa.Column("diverged", postgresql.JSONB(), nullable=True))
+    op.add_column("tasks", sa.Column("parent_id", sa.String(length=40), nullable=True))
+    op.create_index("ix_tasks_parent_id", "tasks", ["parent_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tasks_parent_id", table_name="tasks")
+    op.drop_column("tasks", "parent_id")
     op.drop_column("tasks", "diverged")
     op.drop_column("steps", "message")

@@ -228,7 +228,8 @@ async def test_refused_forks_say_why_and_leave_nothing(
         assert len(siblings_of(parent)) == 1  # no child's sandbox was started
 
         await run(api, parent, "rm /testbed/big.bin")
-        assert (await fork(api, parent, 3)).status_code == 201  # 4 slots: all taken now
+        three = await fork(api, parent, 3)  # 4 slots: all taken now
+        assert three.status_code == 201, three.text
         second = await open_episode_raw(api)
         assert second.status_code == 429, second.text
 
@@ -240,6 +241,9 @@ async def test_refused_forks_say_why_and_leave_nothing(
         rows = await episode_rows(small_settings)
         assert rows.get("open") == 3
         assert rows.get("opening") is None
+        for child in three.json()["children"]:
+            await api.delete(f"/v1/episodes/{child['id']}", headers=ALICE)
+            await sandbox_gone(f"sandhive.episode={child['id']}")
 
 
 def siblings_of(episode: str) -> list[str]:

@@ -134,6 +134,15 @@ def _fit_task(task: dict[str, Any], *, vanilla: bool = False) -> None:
             item["path"] = f"check{i}.sh"  # the verifier's files' paths must differ too
 
 
+@schemathesis.hook("map_case").apply_to(method="POST", path="/v1/tasks/{task_id}/fork")
+def fork_llm_fits(ctx: Any, case: Any) -> Any:
+    """A fork's model options are a task's: no NUL inside `extra_body`."""
+    llm = case.body.get("llm") if _positive(case) and isinstance(case.body, dict) else None
+    if isinstance(llm, dict) and isinstance(llm.get("extra_body"), dict):
+        case.body = {**case.body, "llm": {**llm, "extra_body": _no_nul(llm["extra_body"])}}
+    return case
+
+
 @schemathesis.hook("map_case").apply_to(method="POST", path="/v1/episodes/{episode_id}/step")
 def step_message_fits(ctx: Any, case: Any) -> Any:
     if (

@@ -128,7 +128,7 @@ async def test_the_childs_model_gets_exactly_the_parents_messages_at_the_branch(
                 arguments='{"command":"view","path":"/testbed/x.txt"}',  # as sent, not re-dumped
                 content="Let me look.",
             ),
-            bash("ls -la /testbed"),
+            bash("ls /testbed"),  # names only: a listing with times would diverge
             SUBMIT,
         ],
     )
@@ -200,7 +200,7 @@ async def test_forks_refused_with_what_is_wrong(
         assert missing.status_code == 404, missing.text
         assert missing.json()["error"]["details"] == {"completed_steps": 2}
         after_submit = await api.post(url, json={"step": 2})
-        assert after_submit.status_code == 422, after_submit.text
+        assert after_submit.status_code == 409, after_submit.text
         assert "submitted" in after_submit.json()["error"]["message"]
         too_many = await api.post(url, json={"step": 1, "n": 65})
         assert too_many.status_code == 422, too_many.text
@@ -213,3 +213,30 @@ async def test_forks_refused_with_what_is_wrong(
         assert [t["fork"]["parent_id"] for t in ok.json()["tasks"]] == [parent.id] * 2
     listed = await tasks.list_tasks(sessions, "default")
     assert len(listed.items) == 3  # the refusals wrote nothing
+
+
+async def test_steps_stored_otherwise_than_sent_replay_as_recorded(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    """A call whose arguments are not JSON (its history copy repaired to `{}`, its answer
+    the loop's complaint) and a command printing a NUL (stored as U+FFFD) replay without
+    diverging."""
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
+        "fork-odd-parent",
+        [
+            Turn(tool="execute_bash", arguments='{"command": "echo cut off'),
+            bash("printf 'a\\000b'"),
+            bash("echo fine"),
+            SUBMIT,
+        ],
+    )
+    recorded = await observations(sessions, parent.id)
+    assert "\ufffd" in recorded[1]
+    scripted_llm.add_script("fork-odd-child", after(3, SUBMIT))
+    [child] = await fork(settings, redis, sessions, parent, step=3, llm={"model": "fork-odd-child"})
+    assert child.status == "succeeded", child.error
+    assert (await observations(sessions, child.id))[:3] == recorded[:3]

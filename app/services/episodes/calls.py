@@ -206,8 +206,12 @@ async def call_worker(
     request: dict[str, Any],
     timeout_s: float,
     scoring_s: float = 0.0,
+    *,
+    slow_is_lost: bool = True,
 ) -> dict[str, Any]:
-    """The worker's reply; `scoring_s`: how much longer to wait while it scores."""
+    """The worker's reply; `scoring_s`: how much longer to wait while it scores.
+    `slow_is_lost`: no answer in time from a live worker ends the episode (a step); False
+    answers 503 and leaves it as it is (a fork, whose worker may still be starting children)."""
 
     async def alive() -> bool:
         return bool(await leases.alive(redis, [worker]))
@@ -218,6 +222,8 @@ async def call_worker(
     reply = await bus.wait_reply(redis, reply_key, timeout_s=timeout_s, alive=alive)
     if reply is None and scoring_s > 0:
         reply = await _wait_scoring(redis, row.id, reply_key, scoring_s, alive)
+    if reply is None and not slow_is_lost and await alive():
+        raise Unavailable(f"no answer from its worker {worker} in {timeout_s:.0f} s", RETRY_S)
     if reply is None:
         # The row says lost first, then the worker (alive, only stuck) is asked to free the
         # sandbox: its close must not be taken for the episode's end (the first end stands).

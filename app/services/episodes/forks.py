@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from app.bus import episodes as bus
 from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
@@ -46,7 +47,7 @@ async def fork(
             " body and replay its trajectory's tool calls (GET /v1/episodes/{id}/trajectory)",
             details={"status": parent.status, "finish_reason": parent.finish_reason},
         )
-    if (why := unforkable(read_spec(parent.spec["task"]))) is not None:
+    if (why := unforkable(read_spec(parent.spec["task"]), settings)) is not None:
         raise InvalidInput(f"this episode cannot be forked: {why}")
     children = rows.children_of(parent, n)
     await rows.store(sessions, settings, *children)
@@ -54,27 +55,42 @@ async def fork(
     request = {"op": "fork", "episode_id": parent.id, "children": ids}
     try:
         reply = await call_worker(
-            sessions, redis, parent, parent.worker, request, settings.fork_timeout_s
+            sessions,
+            redis,
+            parent,
+            parent.worker,
+            request,
+            settings.fork_timeout_s,
+            slow_is_lost=False,
         )
         if "refused" in reply:
             raise _refusal(reply)
-        if "conflict" in reply:
-            raise Conflict(str(reply["conflict"]))
+        if "children" not in reply:  # the parent ended meanwhile (its row's end came back)
+            raise Conflict(f"the episode ended ({reply.get('finish_reason')}) before it forked")
+        return await _forked(sessions, parent, reply, started)
     except BaseException:
         HOLDERS.forget(parent.id)
-        await rows.discard(sessions, ids)
+        await _undo(sessions, redis, parent.worker, ids)
         raise
-    return await _forked(sessions, parent, reply, started)
 
 
-def unforkable(spec: TaskSpec) -> str | None:
+async def _undo(sessions: Sessions, redis: Redis, worker: str, ids: list[str]) -> None:
+    """A fork that failed leaves no child: rows no worker took are deleted, and any its
+    worker did start (it answered too late) are closed there, their rows ending `closed`."""
+    await rows.discard(sessions, ids)
+    for child in await rows.find_many(sessions, ids, missing_ok=True):
+        if child.status in rows.ACTIVE:
+            await bus.send(redis, worker, {"op": "close", "episode_id": child.id})
+
+
+def unforkable(spec: TaskSpec, settings: Settings) -> str | None:
     """Why an episode of this spec cannot be forked (its state is more than its files)."""
     if spec.tools.shell == "persistent":
         return (
             "its shell is persistent, and a shell's state (working directory, variables,"
             " background jobs) cannot be copied; fork episodes with the fresh shell"
         )
-    if not spec.sandbox.read_only_rootfs:
+    if not (spec.sandbox.read_only_rootfs and settings.sandbox_read_only_rootfs):
         return "its root filesystem is writable, and only the writable directories are copied"
     return None
 

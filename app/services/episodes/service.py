@@ -166,14 +166,17 @@ async def discard(sessions: Sessions, episode_ids: Sequence[str]) -> None:
         )
 
 
-async def find_many(sessions: Sessions, episode_ids: Sequence[str]) -> list[models.EpisodeRow]:
-    """The rows of `episode_ids`, in that order (each one must exist)."""
+async def find_many(
+    sessions: Sessions, episode_ids: Sequence[str], *, missing_ok: bool = False
+) -> list[models.EpisodeRow]:
+    """The rows of `episode_ids`, in that order (KeyError for a missing one, unless
+    `missing_ok`: then it is left out)."""
     async with sessions() as session:
         found = await session.scalars(
             select(models.EpisodeRow).where(models.EpisodeRow.id.in_(episode_ids))
         )
         by_id = {row.id: row for row in found}
-    return [by_id[episode_id] for episode_id in episode_ids]
+    return [by_id[i] for i in episode_ids if not missing_ok or i in by_id]
 
 
 async def find(sessions: Sessions, tenant: str, episode_id: str) -> models.EpisodeRow:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select, text
+from sqlalchemy import and_, or_, select, text
 
 from app.db import models
 from app.db.engine import Sessions
@@ -33,12 +33,17 @@ async def open_by_worker(sessions: Sessions) -> dict[str, list[str]]:
         return by_worker
 
 
-async def unclaimed_since(sessions: Sessions, before: datetime) -> list[str]:
-    """`opening` episodes created before `before`: no worker took them, and the API that
-    waited for one (it ends them itself after its open timeout) is gone too."""
+async def unclaimed_since(
+    sessions: Sessions, before: datetime, forks_before: datetime
+) -> list[str]:
+    """`opening` episodes created before `before` (a fork's children: `forks_before`, as
+    their worker takes them only once their parent's snapshot is taken): no worker took
+    them, and the API that waited for one (it ends them itself after its timeout) is gone."""
+    opened = and_(Row.parent_id.is_(None), Row.created_at < before)
+    forked = and_(Row.parent_id.is_not(None), Row.created_at < forks_before)
     async with sessions() as session:
         found = await session.scalars(
-            select(Row.id).where(Row.status == "opening", Row.created_at < before)
+            select(Row.id).where(Row.status == "opening", or_(opened, forked))
         )
         return list(found)
 

@@ -63,7 +63,7 @@ class TaskFilters:
         if self.created_before is not None:
             query = query.where(task.created_at < _aware(self.created_before))
         if self.forked_from is not None:
-            query = query.where(task.spec.contains({"fork": {"task_id": self.forked_from}}))
+            query = query.where(task.parent_id == self.forked_from)
         if self.in_experiment is not None:  # by the items' unique task_id index
             linked = exists().where(models.ExperimentItem.task_id == task.id)
             query = query.where(linked if self.in_experiment else ~linked)

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.db import models
 from app.db.engine import Sessions
 from app.domain.resolve import resolve_fork
-from app.errors import InvalidInput, NotFound
+from app.errors import Conflict, InvalidInput, NotFound
 from app.ids import new_task_id, utc_now
 from app.schemas.tasks import TaskForkIn, TaskForkOut, UsageOut
 from app.services.images import admission as image_admission
@@ -56,7 +56,7 @@ async def fork_task(
     async with sessions() as session:
         parent = await find_task(session, tenant, task_id)
         spec = read_spec(parent.spec)
-        await _check_steps(session, parent, spec, body.step)
+        await _check_steps(session, parent, body.step)
         inputs = [
             (row.path, row.content)
             for row in await session.scalars(
@@ -87,13 +87,10 @@ async def fork_task(
     return TaskForkOut(parent_id=parent.id, step=body.step, tasks=[task_out(r) for r in rows])
 
 
-async def _check_steps(
-    session: AsyncSession, parent: models.Task, spec: TaskSpec, step: int
-) -> None:
-    """The parent's steps before `step` were all completed by its latest attempt, and none
-    of them ended it (a `submit` is its last step: there is nothing after it to fork)."""
-    if spec.mode == "vanilla":
-        raise InvalidInput("a vanilla task takes no steps: there is nothing to fork from")
+async def _check_steps(session: AsyncSession, parent: models.Task, step: int) -> None:
+    """The parent's steps before `step` were all completed by its latest attempt (404),
+    and none of them ended it (409: a `submit` is its last step, with nothing after it).
+    A vanilla task takes no steps: it forks at 0 only (its one call, another model's)."""
     rows = list(
         await session.execute(
             select(models.Step.index, models.Step.action, models.Step.interrupted)
@@ -114,7 +111,7 @@ async def _check_steps(
         )
     for row in completed:
         if (row.action or {}).get("tool") == SUBMIT:
-            raise InvalidInput(
+            raise Conflict(
                 f"step {row.index} of task {parent.id} submitted (the task ended there):"
                 f" fork at step {row.index} or before",
                 details={"submitted_at": row.index},
@@ -133,6 +130,7 @@ def _child_row(parent: models.Task, spec: TaskSpec) -> models.Task:
         usage=UsageOut().model_dump(),
         last_seq=0,
         created_at=utc_now(),
+        parent_id=parent.id,
     )
 
 

@@ -119,7 +119,7 @@ class LiveEpisode:
         self.outcome = Outcome(finish_reason=FinishReason.max_steps)
         self.resume: Resume | None = None
         if fork is not None:  # a child: its parent's files instead of the inputs, and history
-            self.episode = replace(self.episode, inputs=(), snapshot=fork.files)
+            self.episode = replace(self.episode, inputs=(), snapshot=snapshot.Unpack(fork.files))
             self.outcome.steps = copy.deepcopy(fork.steps)
             self.outcome.usage = replace(fork.usage)
             self.resume = Resume(fork.messages, fork.index)

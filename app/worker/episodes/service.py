@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from app.agent.types import Step
 from app.bus import episodes as bus
+from app.errors import SandboxError
 from app.sandbox.snapshot import SnapshotTooLarge
 from app.services.episodes import counts as episodes_counts
 from app.services.episodes import service as rows
@@ -108,9 +109,11 @@ class EpisodeServer:
         request = await bus.claim_open(self.ctx.redis, self.ctx.name, block_ms=BLOCK_MS)
         if request is None:
             return
-        if self.images is not None and request.image not in self.images():
-            # Not here: another worker that has the image takes it (the API answers 503
-            # at once when no live worker has it, and its open timeout bounds the rest).
+        elsewhere = self.images is not None and request.image not in self.images()
+        if elsewhere or self._held() >= self.ctx.settings.episode_slots:
+            # Not here: another worker that has the image (the API answers 503 at once when
+            # no live worker has it) or a free slot (a fork took the last ones while this
+            # waited for a request) takes it; the open timeout bounds the rest.
             await self._pause(BLOCK_MS / 1000)
             if not await bus.reopen(self.ctx.redis, request):
                 log.info("open request of %s expired unserved", request.episode_id)
@@ -181,7 +184,11 @@ class EpisodeServer:
                     return {"refused": "the episode is done", "status": 409}
                 try:
                     point = await parent.fork_point(s.fork_max_snapshot_mb * 2**20)
-                except SnapshotTooLarge as exc:
+                except SandboxError as exc:
+                    if parent.done or parent.id not in self.live:  # closed while it was read
+                        return {"refused": "the episode ended during its snapshot", "status": 409}
+                    if not isinstance(exc, SnapshotTooLarge):
+                        raise
                     return {
                         "refused": f"{exc.message} (SANDHIVE_FORK_MAX_SNAPSHOT_MB is"
                         f" {s.fork_max_snapshot_mb}): nothing was started",

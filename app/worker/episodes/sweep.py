@@ -97,9 +97,11 @@ async def _unscored(ctx: WorkerContext) -> list[str]:
 
 
 async def _unclaimed(ctx: WorkerContext) -> list[str]:
-    wait = timedelta(seconds=ctx.settings.episode_open_timeout_s + SETTLE_S)
+    now, s = utc_now(), ctx.settings
+    before = now - timedelta(seconds=s.episode_open_timeout_s + SETTLE_S)
+    forks_before = now - timedelta(seconds=s.fork_timeout_s + SETTLE_S)
     ended = []
-    for episode_id in await episodes_sweep.unclaimed_since(ctx.sessions, utc_now() - wait):
+    for episode_id in await episodes_sweep.unclaimed_since(ctx.sessions, before, forks_before):
         if await _end(ctx, episode_id, "no worker ever opened it"):
             ended.append(episode_id)
     return ended
