@@ -523,6 +523,9 @@ class Settings(BaseSettings):
     fork_max_snapshot_mb: int = Field(default=1024, ge=1)
     """The largest snapshot of a parent's writable files a fork takes (held in the worker's
     memory while the children start); a larger one is refused (422) before any child starts."""
+    snapshot_max_mb: int = Field(default=256, ge=1)
+    """The largest snapshot a task with `sandbox.snapshots: steps` stores after a step; a
+    step whose files are more stores none (a fork from it must replay)."""
     fork_timeout_s: float = Field(default=300.0, gt=0)
     """How long a fork waits for its worker's answer (the snapshot and every child's start)."""
     sandbox_slots: int = Field(default=16, ge=0, le=1024)

@@ -94,6 +94,8 @@ class SandboxSpec(_Stored):
     built: BuiltImage | None = None
     """A tenant's own image (`built/NAME`): `image` is its tag, `image_name` its base (the
     queue and the caps), and a worker lacking the tag builds it from the stored build."""
+    snapshots: Literal["off", "steps"] = "off"
+    """`steps`: its writable files stored after every step (a fork's `rebuild: snapshot`)."""
 
 
 class ToolsSpec(_Stored):
@@ -163,6 +165,8 @@ class ForkSpec(_Stored):
     allow_divergence: bool = False
     """Go on when a replayed tool answers otherwise than recorded (`diverged` says where);
     by default the fork stops there, `replay_diverged`."""
+    rebuild: Literal["replay", "snapshot"] = "replay"
+    """`snapshot`: the parent's files after step `step - 1` in place of a replay."""
 
 
 class TaskSpec(_Stored):

@@ -142,10 +142,7 @@ async def _loop(
     flight: InFlight,
     resume: Resume | None = None,
 ) -> None:
-    messages: list[Message] = [
-        {"role": "system", "content": spec.system_prompt},
-        {"role": "user", "content": spec.user_prompt},
-    ]
+    messages = first_messages(spec)
     index = 0
     if resume is not None:  # marked already: its newest message has its Steps Remaining
         messages, index = copy.deepcopy(resume.messages), resume.index
@@ -179,13 +176,19 @@ async def _loop(
         flight.open(index)  # announced with the step just reported
 
 
+def first_messages(spec: AgentSpec) -> list[Message]:
+    """The history the loop starts from, as the package's: [system, user]."""
+    return [
+        {"role": "system", "content": spec.system_prompt},
+        {"role": "user", "content": spec.user_prompt},
+    ]
+
+
 def _next_prompt_fits(
     spec: AgentSpec, messages: list[Message], index: int, outcome: Outcome
 ) -> bool:
     """Mark the newest message with the steps left; False (run ends) when over the budget."""
-    messages[-1]["content"] = (
-        f"{messages[-1]['content']}\nSteps Remaining: {spec.max_steps - index}"
-    )
+    mark_steps_left(messages, spec, index)
     if estimate_tokens(messages) > spec.max_context_tokens:
         limit = spec.max_context_tokens
         _finish(outcome, FinishReason.context_limit, f"conversation exceeds {limit} tokens")
@@ -213,23 +216,44 @@ async def _step(
     account_llm(outcome, step, completion)
     step.message = completion.message  # as the model sent it: a replay repairs it again
     messages.append(replayable(completion.message, ctx.profile))
-    if not completion.tool_calls or is_no_call(completion.tool_calls[0], ctx.profile):
-        # The package answers "no usable call" with a user message, not a tool message.
+    calls = completion.tool_calls
+    if not has_usable_call(calls, ctx.profile):
         step.observation = NO_TOOL_CALL_NUDGE
-        if answer_all:
-            messages.extend(_tool_message(c, UNUSABLE_CALL) for c in completion.tool_calls)
-        messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
+        messages.extend(turn_answers(calls, NO_TOOL_CALL_NUDGE, answer_all, ctx.profile))
         return step
-    call = completion.tool_calls[0]
+    call = calls[0]
     step.action = Action(tool=call.name, arguments=call.arguments or {})
     async with live.tool_call(sink, index, call) as on_output:  # tool.output while it runs
         on_output = flight.tee_output(on_output)
         result = await _run_call(call, replace(ctx, on_output=on_output), step, outcome)
-    messages.append(_tool_message(call, result.observation))
-    if answer_all:
-        # Strict OpenAI-style APIs reject a history with unanswered tool-call ids.
-        messages.extend(_tool_message(extra, SKIPPED_CALL) for extra in completion.tool_calls[1:])
+    messages.extend(turn_answers(calls, result.observation, answer_all, ctx.profile))
     return step
+
+
+def has_usable_call(calls: Sequence[ToolCall], profile: str) -> bool:
+    return bool(calls) and not is_no_call(calls[0], profile)
+
+
+def turn_answers(
+    calls: Sequence[ToolCall], observation: str, answer_all: bool, profile: str
+) -> list[Message]:
+    """What the history takes after a turn's assistant message: its first call's answer
+    (and, with `answer_all`, a "not run" answer to each further call, since strict
+    OpenAI-style APIs reject a history with unanswered tool-call ids); for a turn with no
+    usable call, the nudge as a user message, as the package sends it (after "not run"
+    answers to its unusable calls, with `answer_all`)."""
+    if not has_usable_call(calls, profile):
+        unusable = [_tool_message(c, UNUSABLE_CALL) for c in calls] if answer_all else []
+        return [*unusable, {"role": "user", "content": NO_TOOL_CALL_NUDGE}]
+    skipped = [_tool_message(c, SKIPPED_CALL) for c in calls[1:]] if answer_all else []
+    return [_tool_message(calls[0], observation), *skipped]
+
+
+def mark_steps_left(messages: list[Message], spec: AgentSpec, index: int) -> None:
+    """The suffix the loop puts on the newest message before asking for step `index`."""
+    messages[-1]["content"] = (
+        f"{messages[-1]['content']}\nSteps Remaining: {spec.max_steps - index}"
+    )
 
 
 async def _run_call(call: ToolCall, ctx: ToolContext, step: Step, outcome: Outcome) -> ToolResult:

@@ -444,6 +444,26 @@ class WebhookDelivery(Base):
 # The Core tables, typed, for the per-step writes that skip the ORM's bulk paths
 # (`services.events.record_events`, `services.attempts.save_step`).
 TASKS = cast(Table, Task.__table__)
+
+
+class StepSnapshot(Base):
+    """A task's sandbox's writable files after one of its steps (`sandbox.snapshots: steps`),
+    as a tar (`app.sandbox.snapshot`): what a fork with `rebuild: snapshot` starts from."""
+
+    __tablename__ = "step_snapshots"
+
+    task_id: Mapped[str] = mapped_column(
+        String(40), ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    archive: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    """The tar; None when it is the same as step `same_as`'s (a step that changed no file)."""
+    same_as: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
+
+
 STEPS = cast(Table, Step.__table__)
 EVENTS = cast(Table, Event.__table__)
 

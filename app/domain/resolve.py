@@ -307,6 +307,8 @@ def _task_sandbox(
             msg = "false is not allowed on this server (SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS)"
             problems.append(problem(("sandbox", "read_only_rootfs"), msg, "policy"))
         spec = spec.model_copy(update={"read_only_rootfs": False})
+    if box.snapshots != "off":
+        spec = spec.model_copy(update={"snapshots": box.snapshots})
     found = own.get(box.image)
     if found is None or spec.image_name != box.image:
         return spec

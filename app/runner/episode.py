@@ -31,6 +31,7 @@ from app.errors import InvalidInput, SandboxError
 from app.llm.profiles import HTTPChatModel, model_for_profile
 from app.llm.transport import shared_http_client
 from app.runner import verifier
+from app.runner.replay import RecordedTurn, history_at
 from app.sandbox import snapshot as snapshots
 from app.sandbox.docker import DockerHost, DockerSandbox
 from app.sandbox.egress_proxy import proxy_policy
@@ -249,9 +250,15 @@ class Runner:
         outcome: Outcome | None = None,
         session: str | None = None,
         on_sandbox: SandboxHook | None = None,
+        snapshot: bytes | None = None,
+        resume_from: Sequence[RecordedTurn] | None = None,
     ) -> EpisodeResult:
         """Run a resolved task to its end (see `play`); never raises for model, sandbox or time
         failures, which become the outcome's finish reason.
+
+        `snapshot` and `resume_from`: a fork from a recorded snapshot (docs/fork.md): its
+        sandbox gets the snapshot's files in place of the inputs, and the loop goes on after
+        the recorded turns, their history rebuilt (`replay.history_at`), nothing run again.
 
         `on_sandbox`: told the sandbox once it is ready, and None before it goes (the
         worker's file service reaches a running task's files through it).
@@ -278,6 +285,12 @@ class Runner:
                     result.verification = await _until_stopped(checking, result.outcome, stop)
                 return result
             episode = self.episode(spec, problem, labels=labels, inputs=inputs)
+            if snapshot is not None:
+                episode = replace(episode, inputs=(), snapshot=snapshots.Unpack(snapshot))
+            resume = None
+            if resume_from is not None:
+                history = history_at(episode.agent, resume_from)
+                resume = Resume(history, len(resume_from))
             return await self.play(
                 episode,
                 model,
@@ -286,6 +299,7 @@ class Runner:
                 used_s=used_s,
                 outcome=outcome,
                 on_sandbox=on_sandbox,
+                resume=resume,
             )
         finally:
             if own is not None:

@@ -22,8 +22,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.agent.loop import (
+    answers_all_calls,
+    first_messages,
+    mark_steps_left,
+    replayable,
+    turn_answers,
+)
 from app.agent.tools import NO_TOOL_CALL_NUDGE
-from app.agent.types import ChatModel, Completion, DeltaCallback, Message, ToolSchema
+from app.agent.types import (
+    AgentSpec,
+    ChatModel,
+    Completion,
+    DeltaCallback,
+    Message,
+    ToolSchema,
+)
 from app.errors import ReplayDiverged
 from app.llm.openai import text_of
 from app.llm.tool_calls import parse_tool_calls
@@ -126,6 +140,21 @@ def observed(messages: Sequence[Message], *, nudged: bool) -> str:
             answer = after[-1] if nudged else after[0]
             return SUFFIX.sub("", text_of(answer.get("content")))
     return ""
+
+
+def history_at(spec: AgentSpec, turns: Sequence[RecordedTurn]) -> list[Message]:
+    """The loop's history as it asks for step `len(turns)`, built from the record with
+    nothing run (a fork whose sandbox comes from a snapshot): the same appends and Steps
+    Remaining marks as the loop's (`app.agent.loop`), the observations as stored."""
+    messages = first_messages(spec)
+    mark_steps_left(messages, spec, 0)
+    answer_all = answers_all_calls(spec)
+    for index, turn in enumerate(turns):
+        calls, _ = parse_tool_calls(turn.message.get("tool_calls"))
+        messages.append(replayable(turn.message, spec.tools_profile))
+        messages.extend(turn_answers(calls, turn.observation, answer_all, spec.tools_profile))
+        mark_steps_left(messages, spec, index + 1)
+    return messages
 
 
 def recorded_completion(message: Message) -> Completion:

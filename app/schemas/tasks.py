@@ -238,6 +238,11 @@ class SandboxRequest(_Strict):
     /root, …) writable. `false` (a Harbor task's agent writes /app, say) only where the
     operator allows it (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`; 422 otherwise): the
     writable layer lies on the Docker host's disk, which no quota bounds."""
+    snapshots: Literal["off", "steps"] = "off"
+    """`steps`: a task stores its sandbox's writable files after every step, so that it can
+    be forked from any step without replaying its commands (`POST /v1/tasks/{id}/fork`,
+    `rebuild: snapshot`; docs/fork.md). Each costs a pause and the files' size in Postgres
+    (up to `SANDHIVE_SNAPSHOT_MAX_MB`). Episodes fork live and ignore it."""
 
 
 class ToolsOptions(_Strict):
@@ -518,6 +523,8 @@ class ForkOut(WireModel):
     """The steps of the parent it replayed; its own model took over at this step."""
     allow_divergence: bool
     """Whether it went on past a replayed tool answer that differed from the record."""
+    rebuild: Literal["replay", "snapshot"] = "replay"
+    """How its sandbox was rebuilt (`TaskForkIn.rebuild`)."""
     diverged: dict[str, Any] | None = None
     """Where the replay diverged when that was allowed (`step`, `expected`, `got`); null
     when every replayed step answered as recorded (or the fork stopped there:
@@ -533,9 +540,10 @@ class TaskForkIn(_Strict):
     (0: from the start, with the parent's prompt and inputs)."""
     n: int = Field(default=1, ge=1, le=1024)
     """Children (1 to `SANDHIVE_FORK_MAX_CHILDREN`)."""
-    rebuild: Literal["replay"] = "replay"
+    rebuild: Literal["replay", "snapshot"] = "replay"
     """How the sandbox is rebuilt: `replay`, the recorded tool calls run again in order,
-    each answer compared with the stored one."""
+    each answer compared with the stored one; `snapshot`, the files the parent stored after
+    the step before the branch (it ran with `sandbox.snapshots: steps`), nothing run again."""
     allow_divergence: bool = False
     """Go on past a replayed answer that differs from the record (the child says where
     in `fork.diverged`); by default the child stops there, `replay_diverged`."""

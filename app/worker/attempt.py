@@ -12,9 +12,10 @@ import contextlib
 import logging
 from dataclasses import asdict
 from datetime import timedelta
+from typing import Any
 
 from app import logs
-from app.agent.types import Outcome
+from app.agent.types import Action, EventSink, Outcome, Step
 from app.errors import AppError, InvalidInput, LLMError, SandboxError
 from app.ids import utc_now
 from app.kit import outage
@@ -26,11 +27,13 @@ from app.services.tasks import attempts
 from app.services.tasks import forks as task_forks
 from app.services.tasks.attempts import StaleAttempt, StartedAttempt
 from app.services.tasks.lifecycle import TaskEnd
+from app.specs import ForkSpec
 from app.states import FinishReason
 from app.worker.context import WorkerContext
 from app.worker.running import End, Running, StopReason
 from app.worker.sandboxes.builds import Builder
 from app.worker.sink import TaskSink
+from app.worker.snapshots import SnapshottingSink
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +147,24 @@ async def _run(
     outcome: Outcome,
 ) -> EpisodeResult:
     labels = reaper.labels_for(ctx.instance, started.task_id, started.attempt, ctx.name)
-    replay = None
+    spec = started.spec
+    loop_sink: EventSink = sink
+    if spec.sandbox.snapshots == "steps" and spec.mode == "sandbox":
+        max_bytes = ctx.settings.snapshot_max_mb * 2**20
+        loop_sink = SnapshottingSink(
+            sink, running, ctx.sessions, started.task_id, started.attempt, max_bytes
+        )
+    replay: ReplayModel | None = None
+    fork: dict[str, Any] = {}
     try:
-        replay = await _replay(ctx, started)
+        if spec.fork is not None and spec.fork.rebuild == "snapshot" and spec.fork.step > 0:
+            fork = await _from_snapshot(ctx, spec.fork, sink)
+        elif spec.fork is not None:
+            replay = await _replay(ctx, started, spec.fork)
         result = await ctx.runner.run(
-            started.spec,
+            spec,
             started.prompt,
-            sink,
+            loop_sink,
             labels=labels,
             inputs=started.inputs,
             stop=running.stop,
@@ -159,6 +173,7 @@ async def _run(
             session=started.task_id,
             on_sandbox=running.hold,
             model=replay,
+            **fork,
         )
         await sink.flush()  # every step stored (or StaleAttempt) before the task is finished
         if replay is not None and replay.divergence is not None and replay.allow_divergence:
@@ -170,15 +185,44 @@ async def _run(
             await replay.close()
 
 
-async def _replay(ctx: WorkerContext, started: StartedAttempt) -> ReplayModel | None:
+async def _replay(ctx: WorkerContext, started: StartedAttempt, fork: ForkSpec) -> ReplayModel:
     """A fork's model: its parent's recorded steps played again, then its own model."""
-    fork = started.spec.fork
-    if fork is None:
-        return None
-    turns = await task_forks.recorded_turns(ctx.sessions, fork)
+    steps = await task_forks.recorded_steps(ctx.sessions, fork)
     model = ctx.runner.model(started.spec.llm, started.task_id)
-    recorded = [RecordedTurn(message, observation) for message, observation in turns]
-    return ReplayModel(recorded, model, allow_divergence=fork.allow_divergence)
+    turns = [RecordedTurn(step.message, step.observation) for step in steps]
+    return ReplayModel(turns, model, allow_divergence=fork.allow_divergence)
+
+
+async def _from_snapshot(ctx: WorkerContext, fork: ForkSpec, sink: TaskSink) -> dict[str, Any]:
+    """A fork from its parent's snapshot: the parent's steps before the branch stored as the
+    child's first (nothing of them runs again), then `Runner.run` unpacks the files and goes
+    on after them."""
+    steps = await task_forks.recorded_steps(ctx.sessions, fork)
+    archive = await task_forks.snapshot_of(ctx.sessions, fork)
+    await sink.step_started(0)
+    for at, step in enumerate(steps):
+        following = at + 1 if at + 1 < len(steps) else None
+        await sink.step_completed(_as_step(step), following)
+    turns = [RecordedTurn(step.message, step.observation) for step in steps]
+    return {"snapshot": archive, "resume_from": turns}
+
+
+def _as_step(step: task_forks.RecordedStep) -> Step:
+    action = step.action
+    return Step(
+        index=step.index,
+        started_at=step.started_at,
+        thought=step.thought,
+        reasoning=step.reasoning,
+        action=Action(action["tool"], action["arguments"]) if action is not None else None,
+        observation=step.observation,
+        exit_code=step.exit_code,
+        llm_ms=step.llm_ms,
+        tool_ms=step.tool_ms,
+        prompt_tokens=step.prompt_tokens,
+        completion_tokens=step.completion_tokens,
+        message=step.message,
+    )
 
 
 async def _announce_expiry(ctx: WorkerContext, started: StartedAttempt) -> None:

@@ -1,4 +1,4 @@
-"""task forks: each step's assistant message, a fork's parent, and where its replay diverged.
+"""task forks: each step's message, a fork's parent, where its replay diverged, step snapshots.
 
 A fork by replay plays a task's recorded assistant messages again; the step rows kept
 their parts (text, the tool call) but not the message itself, whose keys, call ids and
@@ -28,9 +28,25 @@ def upgrade() -> None:
     op.add_column("tasks", sa.Column("diverged", postgresql.JSONB(), nullable=True))
     op.add_column("tasks", sa.Column("parent_id", sa.String(length=40), nullable=True))
     op.create_index("ix_tasks_parent_id", "tasks", ["parent_id"])
+    op.create_table(
+        "step_snapshots",
+        sa.Column(
+            "task_id",
+            sa.String(length=40),
+            sa.ForeignKey("tasks.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("attempt", sa.Integer(), primary_key=True),
+        sa.Column("index", sa.Integer(), primary_key=True),
+        sa.Column("size", sa.Integer(), nullable=False),
+        sa.Column("archive", sa.LargeBinary(), nullable=True),
+        sa.Column("same_as", sa.Integer(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("step_snapshots")
     op.drop_index("ix_tasks_parent_id", table_name="tasks")
     op.drop_column("tasks", "parent_id")
     op.drop_column("tasks", "diverged")

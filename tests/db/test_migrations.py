@@ -36,6 +36,7 @@ MODEL_TABLES = {
     "sandboxes",
     "sandbox_commands",
     "image_builds",
+    "step_snapshots",
 }
 
 

@@ -87,7 +87,7 @@ NOT_RUN = {
 }
 """Blocks that call the API but cannot run here: (page, a text only that block holds) -> why."""
 
-EXPECTED = {("docs/api.md", "POST", "/cancel"): 409}
+EXPECTED = {("docs/api.md", "POST", "/cancel"): 409, ("docs/fork.md", "POST", "/fork"): 409}
 """Errors a block's own text announces: `# 202 with the task (409 once finished)`."""
 
 

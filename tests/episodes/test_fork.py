@@ -8,6 +8,7 @@ row behind.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -269,3 +270,38 @@ async def test_a_persistent_shell_is_not_forked(
     assert "persistent" in refused.json()["error"]["message"]
     assert await episode_rows(episode_settings) == {"open": 1}
     await api.delete(f"/v1/episodes/{opened['id']}", headers=ALICE)
+
+
+@pytest.fixture
+def impatient_settings(make_episode_settings: Callable[..., Settings]) -> Settings:
+    return make_episode_settings(fork_timeout_s=0.2)
+
+
+@pytest.fixture
+def impatient_worker(impatient_settings: Settings, tmp_path: Path) -> Iterator[AppProcess]:
+    with ready_worker(impatient_settings, tmp_path / "worker.log") as process:
+        yield process
+
+
+async def test_a_fork_that_outlasts_its_timeout_leaves_the_parent_and_no_child(
+    impatient_settings: Settings, impatient_worker: AppProcess
+) -> None:
+    """503, the parent goes on as it was, and the children the worker started late (or
+    could not start: their rows were gone) leave no row and no container."""
+    from app.api.app import create_app
+    from tests.api.conftest import serve
+
+    async with serve(create_app(impatient_settings)) as api:
+        api.timeout = httpx.Timeout(120.0)
+        parent = (await open_episode(api, prompt="slow fork"))["id"]
+        await run(api, parent, "head -c 150000000 /dev/zero > /testbed/big.bin")
+        slow = await fork(api, parent, 2)
+        assert slow.status_code == 503, slow.text
+        assert "no answer from its worker" in slow.json()["error"]["message"]
+        await asyncio.sleep(3)  # the worker finishes its snapshot and finds no child to start
+        alive = await run(api, parent, "echo still here")
+        assert output(alive) == "still here\n"
+        assert await episode_rows(impatient_settings) == {"open": 1}
+        assert len(siblings_of(parent)) == 1
+        await api.delete(f"/v1/episodes/{parent}", headers=ALICE)
+        await sandbox_gone(f"sandhive.episode={parent}")

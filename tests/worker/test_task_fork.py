@@ -14,11 +14,13 @@ import json
 from typing import Any
 
 from redis.asyncio import Redis
+from sqlalchemy import select
 
 from app.api.app import create_app
 from app.config import Settings
 from app.db.engine import Sessions
-from app.schemas.tasks import LLMOptions, TaskCreate, TaskForkIn, TaskOut
+from app.db.models import StepSnapshot
+from app.schemas.tasks import LLMOptions, SandboxRequest, TaskCreate, TaskForkIn, TaskOut
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services.tasks import forks as task_forks
 from app.services.tasks import service as tasks
@@ -240,3 +242,87 @@ async def test_steps_stored_otherwise_than_sent_replay_as_recorded(
     [child] = await fork(settings, redis, sessions, parent, step=3, llm={"model": "fork-odd-child"})
     assert child.status == "succeeded", child.error
     assert (await observations(sessions, child.id))[:3] == recorded[:3]
+
+
+async def test_a_fork_from_a_snapshot_runs_nothing_again(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    """The child's files are the parent's after the step before the branch (a time it wrote
+    is the same, a later change is not there), nothing is run again, and its model gets
+    exactly the messages the parent's got at that step."""
+    scripted_llm.add_script(
+        "fork-snap-parent",
+        Script(
+            [
+                bash("date +%s%N > /testbed/output/answer.txt"),
+                bash("cat /testbed/output/answer.txt"),
+                bash("echo changed > /testbed/output/answer.txt"),
+                SUBMIT,
+            ]
+        ),
+    )
+    body = TaskCreate(
+        prompt="fork me",
+        llm=LLMOptions(model="fork-snap-parent"),
+        sandbox=SandboxRequest(snapshots="steps"),
+    )
+    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
+    await Worker(settings).run(burst=True)
+    parent = await tasks.get_task(sessions, "default", task.id)
+    assert (parent.status, parent.answer) == ("succeeded", "changed\n"), parent.error
+    assert parent.sandbox.snapshots == "steps"
+    async with sessions() as session:
+        stored = {
+            row.index: (row.archive is not None, row.same_as)
+            for row in await session.execute(
+                select(StepSnapshot.index, StepSnapshot.archive, StepSnapshot.same_as).where(
+                    StepSnapshot.task_id == parent.id
+                )
+            )
+        }
+    # After every step; `cat` and `submit` changed no file: they name the tar before theirs.
+    assert stored == {0: (True, None), 1: (False, 0), 2: (True, None), 3: (False, 2)}
+    at_end = scripted_llm.last_request("fork-snap-parent")  # its 4th call
+    assert at_end is not None
+    written = stdout((await observations(sessions, parent.id))[1])
+
+    scripted_llm.add_script("fork-snap-child", after(2, SUBMIT))
+    [child] = await fork(
+        settings,
+        redis,
+        sessions,
+        parent,
+        step=2,
+        rebuild="snapshot",
+        llm={"model": "fork-snap-child"},
+    )
+    assert child.status == "succeeded", child.error
+    assert child.fork is not None
+    assert child.fork.rebuild == "snapshot"
+    assert child.answer == written  # the time the parent wrote: not run again, not changed
+    first = scripted_llm.last_request("fork-snap-child")
+    assert first is not None
+    assert scripted_llm.requests["fork-snap-child"] == 1
+    # The loop only appends: the parent's call at step 2 was its call at step 3 less a turn.
+    assert json.dumps(first["messages"]) == json.dumps(at_end["messages"][:-2])
+    shared = await observations(sessions, child.id)
+    assert shared[:2] == (await observations(sessions, parent.id))[:2]
+
+
+async def test_a_snapshot_fork_of_a_task_without_snapshots_says_replay(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    parent = await run_parent(
+        settings, redis, sessions, scripted_llm, "fork-nosnap-parent", [bash("echo a"), SUBMIT]
+    )
+    async with serve(create_app(settings)) as api:
+        refused = await api.post(
+            f"/v1/tasks/{parent.id}/fork", json={"step": 1, "rebuild": "snapshot"}
+        )
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["details"] == {"rebuild": "replay"}
+        assert "sandbox.snapshots" in refused.json()["error"]["message"]
+        from_start = await api.post(
+            f"/v1/tasks/{parent.id}/fork", json={"step": 0, "rebuild": "snapshot"}
+        )
+        assert from_start.status_code == 202, from_start.text

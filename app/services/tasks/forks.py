@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -27,7 +29,7 @@ from app.errors import Conflict, InvalidInput, NotFound
 from app.ids import new_task_id, utc_now
 from app.schemas.tasks import TaskForkIn, TaskForkOut, UsageOut
 from app.services.images import admission as image_admission
-from app.services.tasks import backpressure
+from app.services.tasks import backpressure, snapshots
 from app.services.tasks.service import store_task, task_out
 from app.services.visibility import find_task
 from app.specs import ForkSpec, TaskSpec, read_spec, stored
@@ -57,6 +59,8 @@ async def fork_task(
         parent = await find_task(session, tenant, task_id)
         spec = read_spec(parent.spec)
         await _check_steps(session, parent, body.step)
+        if body.rebuild == "snapshot":
+            await _check_snapshot(session, parent, spec, body.step)
         inputs = [
             (row.path, row.content)
             for row in await session.scalars(
@@ -68,6 +72,7 @@ async def fork_task(
         attempt=parent.attempt,
         step=body.step,
         allow_divergence=body.allow_divergence,
+        rebuild=body.rebuild,
     )
     child = resolve_fork(spec, fork, settings, llm=body.llm, limits=body.limits)
     if child.limits.max_steps <= body.step:
@@ -118,6 +123,25 @@ async def _check_steps(session: AsyncSession, parent: models.Task, step: int) ->
             )
 
 
+async def _check_snapshot(
+    session: AsyncSession, parent: models.Task, spec: TaskSpec, step: int
+) -> None:
+    """A fork from a snapshot needs the parent's files after step `step - 1` (none at 0:
+    the fresh sandbox and its inputs are the start); 409 saying what is still possible."""
+    if step == 0 or await snapshots.exists(session, parent.id, parent.attempt, step - 1):
+        return
+    why = (
+        "it ran without `sandbox.snapshots: steps`"
+        if spec.sandbox.snapshots != "steps"
+        else "that step stored none (its files were over SANDHIVE_SNAPSHOT_MAX_MB)"
+    )
+    raise Conflict(
+        f"task {parent.id} has no snapshot after step {step - 1}: {why}. What is still"
+        ' possible: "rebuild": "replay"',
+        details={"rebuild": "replay"},
+    )
+
+
 def _child_row(parent: models.Task, spec: TaskSpec) -> models.Task:
     return models.Task(
         id=new_task_id(),
@@ -134,33 +158,70 @@ def _child_row(parent: models.Task, spec: TaskSpec) -> models.Task:
     )
 
 
-async def recorded_turns(sessions: Sessions, fork: ForkSpec) -> list[tuple[dict[str, Any], str]]:
-    """The parent's steps a fork replays: (the assistant message as its history held it,
-    what its tool answered). Steps stored before messages were kept get one rebuilt from
-    the step's text and tool call (its call id `call_<index>`: not byte for byte)."""
+@dataclass(frozen=True)
+class RecordedStep:
+    """One of the parent's steps a fork starts after: as stored, and its message."""
+
+    index: int
+    started_at: datetime
+    thought: str
+    reasoning: str
+    action: dict[str, Any] | None
+    observation: str
+    exit_code: int | None
+    llm_ms: int
+    tool_ms: int
+    prompt_tokens: int
+    completion_tokens: int
+    message: dict[str, Any]
+    """The assistant message as its model sent it. Steps stored before messages were kept
+    get one rebuilt from the step's text and tool call (its call id `call_<index>`: not byte
+    for byte)."""
+
+
+async def recorded_steps(sessions: Sessions, fork: ForkSpec) -> list[RecordedStep]:
+    """The parent's steps before the fork's `step`, in order."""
+    Step = models.Step
     async with sessions() as session:
         rows = list(
             await session.execute(
                 select(
-                    models.Step.index,
-                    models.Step.thought,
-                    models.Step.action,
-                    models.Step.observation,
-                    models.Step.message,
+                    Step.index,
+                    Step.started_at,
+                    Step.thought,
+                    Step.reasoning,
+                    Step.action,
+                    Step.observation,
+                    Step.exit_code,
+                    Step.llm_ms,
+                    Step.tool_ms,
+                    Step.prompt_tokens,
+                    Step.completion_tokens,
+                    Step.message,
                 )
                 .where(
-                    models.Step.task_id == fork.task_id,
-                    models.Step.attempt == fork.attempt,
-                    models.Step.index < fork.step,
+                    Step.task_id == fork.task_id,
+                    Step.attempt == fork.attempt,
+                    Step.index < fork.step,
                 )
-                .order_by(models.Step.index)
+                .order_by(Step.index)
             )
         )
     if len(rows) != fork.step:
         raise InvalidInput(
             f"the parent task {fork.task_id} no longer has the {fork.step} steps to replay"
         )
-    return [(row.message or _rebuilt(row), row.observation) for row in rows]
+    return [
+        RecordedStep(**{**row._asdict(), "message": row.message or _rebuilt(row)}) for row in rows
+    ]
+
+
+async def snapshot_of(sessions: Sessions, fork: ForkSpec) -> bytes:
+    """The parent's files after the step before the branch (`rebuild: snapshot`)."""
+    archive = await snapshots.load(sessions, fork.task_id, fork.attempt, fork.step - 1)
+    if archive is None:
+        raise InvalidInput(f"the parent task {fork.task_id} no longer has its snapshot")
+    return archive
 
 
 def _rebuilt(row: Any) -> dict[str, Any]:

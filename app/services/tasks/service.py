@@ -301,5 +301,6 @@ def _fork_of(spec: TaskSpec, row: models.Task) -> ForkOut | None:
         parent_id=fork.task_id,
         step=fork.step,
         allow_divergence=fork.allow_divergence,
+        rebuild=fork.rebuild,
         diverged=row.diverged,
     )

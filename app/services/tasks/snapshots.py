@@ -1,0 +1,75 @@
+"""A task's step snapshots (`sandbox.snapshots: steps`): its sandbox's writable files after
+each step, stored by its worker and read by a fork with `rebuild: snapshot` (docs/fork.md).
+
+Kept as long as their task (deleted with it); a new attempt's replace nothing of an older
+attempt's, since a fork names the attempt it starts from. A step that changed no file
+stores no second copy: its row names the step whose tar is the same (`same_as`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import models
+from app.db.engine import Sessions
+from app.ids import utc_now
+
+Snap = models.StepSnapshot
+
+
+async def save(
+    sessions: Sessions,
+    task_id: str,
+    attempt: int,
+    index: int,
+    archive: bytes,
+    *,
+    same_as: int | None = None,
+) -> None:
+    """Store the files after step `index` (once: a repeat, after a lost write, is ignored);
+    with `same_as`, only that they are step `same_as`'s."""
+    async with sessions.begin() as session:
+        await session.execute(
+            insert(Snap)
+            .values(
+                task_id=task_id,
+                attempt=attempt,
+                index=index,
+                size=len(archive),
+                archive=None if same_as is not None else archive,
+                same_as=same_as,
+                created_at=utc_now(),
+            )
+            .on_conflict_do_nothing()
+        )
+
+
+async def exists(session: AsyncSession, task_id: str, attempt: int, index: int) -> bool:
+    found = await session.scalar(
+        select(Snap.size).where(
+            Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index
+        )
+    )
+    return found is not None
+
+
+async def load(sessions: Sessions, task_id: str, attempt: int, index: int) -> bytes | None:
+    """The tar after step `index` (its `same_as` step's when it stored none itself)."""
+    async with sessions() as session:
+        row = (
+            await session.execute(
+                select(Snap.archive, Snap.same_as).where(
+                    Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index
+                )
+            )
+        ).one_or_none()
+        if row is None or row.archive is not None or row.same_as is None:
+            return None if row is None else row.archive
+        archive: bytes | None = await session.scalar(
+            select(Snap.archive).where(
+                Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == row.same_as
+            )
+        )
+    return archive
