@@ -526,6 +526,9 @@ class Settings(BaseSettings):
     snapshot_max_mb: int = Field(default=256, ge=1)
     """The largest snapshot a task with `sandbox.snapshots: steps` stores after a step; a
     step whose files are more stores none (a fork from it must replay)."""
+    snapshot_retention_s: float = Field(default=7 * 86400.0, gt=0)
+    """How long step snapshots are kept (a worker deletes older ones every
+    `SANDHIVE_WORKER_REAP_INTERVAL_S`); a fork from a step whose snapshot went is a 409."""
     fork_timeout_s: float = Field(default=300.0, gt=0)
     """How long a fork waits for its worker's answer (the snapshot and every child's start)."""
     sandbox_slots: int = Field(default=16, ge=0, le=1024)

@@ -32,7 +32,7 @@ from app.runner.episode import Runner, open_runner
 from app.sandbox.pool import pool_labels
 from app.services.admin import service as admin
 from app.services.experiments import runner as experiment_runner
-from app.worker import heartbeat, placement, reaping, scoring, taking, webhook_sender
+from app.worker import heartbeat, placement, reaping, scoring, snapshots, taking, webhook_sender
 from app.worker.attempt import run_attempt
 from app.worker.context import WorkerContext
 from app.worker.egress_events import BlockedRecorder
@@ -147,6 +147,7 @@ class Worker:
         chores.start(s.worker_reap_interval_s, "reap", lambda: reaping.reap(ctx, self.running))
         chores.start(s.worker_reap_interval_s, "episode sweep", lambda: episodes_sweep.sweep(ctx))
         chores.start(s.worker_reap_interval_s, "sandbox sweep", lambda: sandbox_upkeep.sweep(ctx))
+        chores.start(s.worker_reap_interval_s, "snapshot expiry", lambda: snapshots.expire(ctx))
         chores.start(s.worker_ready_check_s, "readiness", lambda: self.readiness.check(ctx))
         chores.start(s.worker_ready_check_s, "images", lambda: self._check_images(ctx))
         chores.start(

@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 
 from app.agent.types import EventSink, Step
 from app.db.engine import Sessions
 from app.errors import SandboxError
+from app.ids import utc_now
 from app.sandbox import snapshot
 from app.services.tasks import snapshots as stored
+from app.worker.context import WorkerContext
 from app.worker.running import Running
 
 log = logging.getLogger(__name__)
@@ -62,3 +65,10 @@ class SnapshottingSink:
 
     async def live(self, kind: str, data: Mapping[str, object]) -> None:
         await self.inner.live(kind, data)
+
+
+async def expire(ctx: WorkerContext) -> None:
+    """Step snapshots older than `SANDHIVE_SNAPSHOT_RETENTION_S` go (any worker may)."""
+    before = utc_now() - timedelta(seconds=ctx.settings.snapshot_retention_s)
+    if gone := await stored.expire(ctx.sessions, before):
+        log.info("expired %d step snapshots", gone)

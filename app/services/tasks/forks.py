@@ -128,7 +128,7 @@ async def _check_snapshot(
 ) -> None:
     """A fork from a snapshot needs the parent's files after step `step - 1` (none at 0:
     the fresh sandbox and its inputs are the start); 409 saying what is still possible."""
-    if step == 0 or await snapshots.exists(session, parent.id, parent.attempt, step - 1):
+    if step == 0 or await snapshots.stored(session, parent.id, parent.attempt, step - 1):
         return
     why = (
         "it ran without `sandbox.snapshots: steps`"

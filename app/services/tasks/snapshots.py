@@ -1,16 +1,20 @@
 """A task's step snapshots (`sandbox.snapshots: steps`): its sandbox's writable files after
 each step, stored by its worker and read by a fork with `rebuild: snapshot` (docs/fork.md).
 
-Kept as long as their task (deleted with it); a new attempt's replace nothing of an older
-attempt's, since a fork names the attempt it starts from. A step that changed no file
+Kept `SANDHIVE_SNAPSHOT_RETENTION_S` (`expire`, a worker chore), or until their task is
+deleted; a new attempt's replace nothing of an older attempt's, since a fork names the
+attempt it starts from. A step that changed no file
 stores no second copy: its row names the step whose tar is the same (`same_as`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime
+
+from sqlalchemy import and_, delete, exists, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.db import models
 from app.db.engine import Sessions
@@ -46,7 +50,23 @@ async def save(
         )
 
 
-async def exists(session: AsyncSession, task_id: str, attempt: int, index: int) -> bool:
+async def expire(sessions: Sessions, before: datetime) -> int:
+    """Delete the snapshots stored before `before`, and those that named one of them as
+    their tar (`same_as`): a fork from them is then a 409 naming replay. How many went."""
+    holder = aliased(Snap)
+    held = exists().where(
+        holder.task_id == Snap.task_id,
+        holder.attempt == Snap.attempt,
+        holder.index == Snap.same_as,
+    )
+    async with sessions.begin() as session:
+        old = await session.execute(delete(Snap).where(Snap.created_at < before))
+        orphans = await session.execute(delete(Snap).where(and_(Snap.same_as.is_not(None), ~held)))
+    return int(old.rowcount or 0) + int(orphans.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def stored(session: AsyncSession, task_id: str, attempt: int, index: int) -> bool:
+    """Whether the files after step `index` are stored."""
     found = await session.scalar(
         select(Snap.size).where(
             Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index
