@@ -10,6 +10,7 @@ stops the child at that step, or is recorded where the caller allowed it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.schemas.tasks import LLMOptions, SandboxRequest, TaskCreate, TaskForkIn
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.services.tasks import forks as task_forks
 from app.services.tasks import service as tasks
+from app.services.tasks import snapshots
 from app.worker.pool import Worker
 from tests.api.conftest import serve
 
@@ -326,3 +328,51 @@ async def test_a_snapshot_fork_of_a_task_without_snapshots_says_replay(
             f"/v1/tasks/{parent.id}/fork", json={"step": 0, "rebuild": "snapshot"}
         )
         assert from_start.status_code == 202, from_start.text
+
+
+async def test_a_running_task_forks_from_its_last_completed_step(
+    settings: Settings, redis: Redis, sessions: Sessions, scripted_llm: ScriptedLLMServer
+) -> None:
+    """While the parent runs a long command, a fork from its last completed step starts
+    from the snapshot taken at that step's boundary and finishes; the parent goes on."""
+    scripted_llm.add_script(
+        "fork-running-parent",
+        Script(
+            [
+                bash("echo early > /testbed/output/answer.txt"),
+                bash("sleep 5; echo late > /testbed/output/answer.txt"),
+                SUBMIT,
+            ]
+        ),
+    )
+    body = TaskCreate(
+        prompt="fork me while I run",
+        llm=LLMOptions(model="fork-running-parent"),
+        sandbox=SandboxRequest(snapshots="steps"),
+    )
+    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
+    scripted_llm.add_script("fork-running-child", after(1, SUBMIT))
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(Worker(settings).run(burst=True))
+        for _ in range(300):  # until step 0 is stored and the parent runs step 1
+            async with sessions() as session:
+                if await snapshots.stored(session, task.id, 1, 0):
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the parent never stored its first snapshot")
+        assert (await tasks.get_task(sessions, "default", task.id)).status == "running"
+        forked = await task_forks.fork_task(
+            sessions,
+            redis,
+            settings,
+            "default",
+            task.id,
+            TaskForkIn(step=1, rebuild="snapshot", llm=LLMOptions(model="fork-running-child")),
+        )
+        await running
+    await Worker(settings).run(burst=True)  # the child, if the first worker left it
+    parent = await tasks.get_task(sessions, "default", task.id)
+    child = await tasks.get_task(sessions, "default", forked.tasks[0].id)
+    assert (parent.status, parent.answer) == ("succeeded", "late\n")
+    assert (child.status, child.answer) == ("succeeded", "early\n"), child.error
