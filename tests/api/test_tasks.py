@@ -85,6 +85,7 @@ async def test_submit_answers_202_and_stores_queues_and_records_the_task(
         "allow_domains": [],
         "read_only_rootfs": True,
         "built": None,
+        "snapshots": "off",
     }
     assert task["tools"] == {"profile": "standard", "answer_all_tool_calls": True, "shell": "fresh"}
     assert task["prompt_config"] == "general"
