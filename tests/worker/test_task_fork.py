@@ -46,6 +46,24 @@ def after(replayed: int, *turns: Turn) -> Script:
     return Script([*[unused] * replayed, *turns])
 
 
+async def submit_parent(
+    settings: Settings,
+    redis: Redis,
+    sessions: Sessions,
+    scripted_llm: ScriptedLLMServer,
+    model: str,
+    turns: list[Turn],
+    *,
+    snapshots: bool = False,
+) -> TaskOut:
+    """A queued parent task playing `turns` (storing step snapshots with `snapshots`)."""
+    scripted_llm.add_script(model, Script(turns))
+    sandbox = SandboxRequest(snapshots="steps" if snapshots else "off")
+    body = TaskCreate(prompt="fork me", llm=LLMOptions(model=model), sandbox=sandbox)
+    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
+    return task
+
+
 async def run_parent(
     settings: Settings,
     redis: Redis,
@@ -53,10 +71,13 @@ async def run_parent(
     scripted_llm: ScriptedLLMServer,
     model: str,
     turns: list[Turn],
+    *,
+    snapshots: bool = False,
 ) -> TaskOut:
-    scripted_llm.add_script(model, Script(turns))
-    body = TaskCreate(prompt="fork me", llm=LLMOptions(model=model))
-    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
+    """The parent, run to its end by a worker (it must submit)."""
+    task = await submit_parent(
+        settings, redis, sessions, scripted_llm, model, turns, snapshots=snapshots
+    )
     await Worker(settings).run(burst=True)
     done = await tasks.get_task(sessions, "default", task.id)
     assert done.finish_reason == "submitted", done.error
@@ -252,25 +273,20 @@ async def test_a_fork_from_a_snapshot_runs_nothing_again(
     """The child's files are the parent's after the step before the branch (a time it wrote
     is the same, a later change is not there), nothing is run again, and its model gets
     exactly the messages the parent's got at that step."""
-    scripted_llm.add_script(
+    parent = await run_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
         "fork-snap-parent",
-        Script(
-            [
-                bash("date +%s%N > /testbed/output/answer.txt"),
-                bash("cat /testbed/output/answer.txt"),
-                bash("echo changed > /testbed/output/answer.txt"),
-                SUBMIT,
-            ]
-        ),
+        [
+            bash("date +%s%N > /testbed/output/answer.txt"),
+            bash("cat /testbed/output/answer.txt"),
+            bash("echo changed > /testbed/output/answer.txt"),
+            SUBMIT,
+        ],
+        snapshots=True,
     )
-    body = TaskCreate(
-        prompt="fork me",
-        llm=LLMOptions(model="fork-snap-parent"),
-        sandbox=SandboxRequest(snapshots="steps"),
-    )
-    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
-    await Worker(settings).run(burst=True)
-    parent = await tasks.get_task(sessions, "default", task.id)
     assert (parent.status, parent.answer) == ("succeeded", "changed\n"), parent.error
     assert parent.sandbox.snapshots == "steps"
     async with sessions() as session:
@@ -335,22 +351,19 @@ async def test_a_running_task_forks_from_its_last_completed_step(
 ) -> None:
     """While the parent runs a long command, a fork from its last completed step starts
     from the snapshot taken at that step's boundary and finishes; the parent goes on."""
-    scripted_llm.add_script(
+    task = await submit_parent(
+        settings,
+        redis,
+        sessions,
+        scripted_llm,
         "fork-running-parent",
-        Script(
-            [
-                bash("echo early > /testbed/output/answer.txt"),
-                bash("sleep 5; echo late > /testbed/output/answer.txt"),
-                SUBMIT,
-            ]
-        ),
+        [
+            bash("echo early > /testbed/output/answer.txt"),
+            bash("sleep 5; echo late > /testbed/output/answer.txt"),
+            SUBMIT,
+        ],
+        snapshots=True,
     )
-    body = TaskCreate(
-        prompt="fork me while I run",
-        llm=LLMOptions(model="fork-running-parent"),
-        sandbox=SandboxRequest(snapshots="steps"),
-    )
-    task, _ = await tasks.submit_task(sessions, redis, settings, "default", body, None)
     scripted_llm.add_script("fork-running-child", after(1, SUBMIT))
     async with asyncio.TaskGroup() as group:
         running = group.create_task(Worker(settings).run(burst=True))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, delete, exists, select
+from sqlalchemy import ColumnElement, and_, delete, exists, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -67,11 +67,7 @@ async def expire(sessions: Sessions, before: datetime) -> int:
 
 async def stored(session: AsyncSession, task_id: str, attempt: int, index: int) -> bool:
     """Whether the files after step `index` are stored."""
-    found = await session.scalar(
-        select(Snap.size).where(
-            Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index
-        )
-    )
+    found = await session.scalar(select(Snap.size).where(_at(task_id, attempt, index)))
     return found is not None
 
 
@@ -80,16 +76,16 @@ async def load(sessions: Sessions, task_id: str, attempt: int, index: int) -> by
     async with sessions() as session:
         row = (
             await session.execute(
-                select(Snap.archive, Snap.same_as).where(
-                    Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index
-                )
+                select(Snap.archive, Snap.same_as).where(_at(task_id, attempt, index))
             )
         ).one_or_none()
         if row is None or row.archive is not None or row.same_as is None:
             return None if row is None else row.archive
         archive: bytes | None = await session.scalar(
-            select(Snap.archive).where(
-                Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == row.same_as
-            )
+            select(Snap.archive).where(_at(task_id, attempt, row.same_as))
         )
     return archive
+
+
+def _at(task_id: str, attempt: int, index: int) -> ColumnElement[bool]:
+    return and_(Snap.task_id == task_id, Snap.attempt == attempt, Snap.index == index)
