@@ -553,6 +553,15 @@ class Settings(BaseSettings):
     """Commands and file requests one worker serves at once, over all its sandboxes."""
     sandbox_create_timeout_s: float = Field(default=60.0, gt=0)
     """How long `POST /v1/sandboxes` waits for a worker to start it (503 after)."""
+    sandbox_warm_pool_size: int = Field(default=0, ge=0, le=1024)
+    """Started, never-used sandboxes one worker keeps ready for `POST /v1/sandboxes` (and the
+    E2B API) of the default shape: no resources, env or writable root asked for; 0: none.
+    A create that finds one answers without starting a container (docs/sandboxes.md#warm-sandboxes);
+    each waiting one holds its memory on the host."""
+    sandbox_start_concurrency: int = Field(default=8, ge=1, le=1024)
+    """New containers one worker starts at once for `POST /v1/sandboxes`; more creates wait
+    their turn (within `SANDHIVE_SANDBOX_CREATE_TIMEOUT_S`), so a burst on a small host
+    finishes one by one rather than all late together."""
     sandbox_exec_timeout_s: float = Field(default=600.0, gt=0)
     """A command's timeout when its request names none (the request may ask for longer)."""
     sandbox_exec_max_output_bytes: int = Field(default=16 * 2**20, ge=2, le=256 * 2**20)

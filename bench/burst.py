@@ -1,8 +1,8 @@
 """Sandboxes made at once, in the manner of the public sandbox benchmarks: from the request to
 a sandbox that has run a command.
 
-    .venv/bin/python bench/burst.py [--burst 100] [--sequential 10] [--settle 2]
-        [--env SANDHIVE_X=VALUE ...]     (a warm pool: --env SANDHIVE_WARM_POOL_SIZE=64 --settle 60)
+    .venv/bin/python bench/burst.py [--burst 100] [--sequential 10] [--settle 2] [--pool N]
+        [--env SANDHIVE_X=VALUE ...]
 
 A real `sandhive serve` and `sandhive worker`, Postgres and Redis (as bench/sandbox_exec.py).
 First `--sequential` sandboxes one after another (time to interactive alone), then `--burst`
@@ -10,6 +10,11 @@ all at once. Each is `POST /v1/sandboxes` then `POST …/exec` of `true`, timed 
 request's start to the command's answer; a sandbox whose create or command failed counts
 against the success rate. All are removed afterwards. Prints p50 / p95 / p99 and the success
 rate of each phase, and the load average.
+
+`--pool N` gives the worker N warm sandboxes (`SANDHIVE_SANDBOX_WARM_POOL_SIZE`), filled before
+the first phase, and prints what they cost while they wait: the memory their cgroups are
+charged, the host's MemAvailable before and after they started (with the shims and the
+daemon's share), and the machine's busy CPU over 10 idle seconds against the same with none.
 """
 
 from __future__ import annotations
@@ -20,12 +25,24 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from service import REDIS_URL, Cluster, bench_env, on_scratch_database, pct
+from service import (
+    REDIS_URL,
+    Cluster,
+    bench_env,
+    busy_seconds,
+    container_memory_mb,
+    cpu_by_process,
+    labelled_containers,
+    mem_available_mb,
+    on_scratch_database,
+    pct,
+)
 from stream_latency import wait_ready
 
 
@@ -68,7 +85,31 @@ async def remove(client: aiohttp.ClientSession, made: list[str]) -> None:
     made.clear()
 
 
-async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dict[str, list]:
+IDLE_S = 10.0
+
+
+def idle_cpu_percent() -> float:
+    """The machine's busy share of one core over `IDLE_S` seconds of nothing asked."""
+    before = busy_seconds()
+    time.sleep(IDLE_S)
+    return 100 * (busy_seconds() - before) / IDLE_S
+
+
+async def fill(instance: str, size: int, pool: dict[str, float]) -> None:
+    """Until the worker's pool holds `size` sandboxes; what they cost into `pool`."""
+    deadline = time.monotonic() + 30 + size * 2.0
+    while (
+        len(ids := labelled_containers(f"sandhive.instance={instance}", "sandhive.pool=1")) < size
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm pool reached {len(ids)} of {size} sandboxes")
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)  # their channel agents settled
+    pool["cgroup_mb"] = sum(container_memory_mb(c) for c in ids) / len(ids)
+    pool["idle_cpu_pct"] = await asyncio.to_thread(idle_cpu_percent)
+
+
+async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dict[str, Any]:
     redis = Redis.from_url(REDIS_URL)
     await redis.flushdb()
     instance = f"bench-burst-{os.getpid()}"
@@ -81,16 +122,23 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dic
         SANDHIVE_TENANT_MAX_SANDBOXES=str(args.burst + 8),
         SANDHIVE_SANDBOX_WORKER_MAX_CONCURRENT_REQUESTS=str(args.burst + 8),
         SANDHIVE_SANDBOX_MAX_CONCURRENT_REQUESTS=str(args.burst + 8),
-        SANDHIVE_SANDBOX_SLOTS=str(args.burst + 8),
+        SANDHIVE_SANDBOX_SLOTS=str(args.burst + args.pool + 8),
+        SANDHIVE_SANDBOX_WARM_POOL_SIZE=str(args.pool),
         **extra,
     )
     cluster = Cluster(env, log_dir)
     timeout = aiohttp.ClientTimeout(total=600)
+    pool: dict[str, Any] = {}
     try:
         await cluster.start_api()
         await wait_ready(cluster.base_url)
+        pool["idle_cpu_none_pct"] = await asyncio.to_thread(idle_cpu_percent)
+        available = mem_available_mb()
         cluster.worker = cluster.spawn(["worker"], "worker", worker_name="bench-burst")
         async with aiohttp.ClientSession(base_url=cluster.base_url, timeout=timeout) as client:
+            if args.pool:
+                await fill(instance, args.pool, pool)
+                pool["host_mb"] = (available - mem_available_mb()) / args.pool
             await ready(client)
             made: list[str] = []
             sequential = []
@@ -98,9 +146,13 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dic
                 sequential.append(await one(client, made))
                 await remove(client, made)
             await asyncio.sleep(args.settle)  # removals done (and a warm pool filled)
+            roles = {cluster.api.pid: "API", cluster.worker.pid: "worker"}  # type: ignore[union-attr]
+            cpu, busy = cpu_by_process(roles), busy_seconds()
             burst = await asyncio.gather(*(one(client, made) for _ in range(args.burst)))
+            spent = {k: v - cpu.get(k, 0.0) for k, v in cpu_by_process(roles).items()}
+            pool["cpu"] = {"machine": busy_seconds() - busy, **spent}  # type: ignore[assignment]
             await remove(client, made)
-        return {"sequential": sequential, "burst": burst}
+        return {"sequential": sequential, "burst": burst, "pool": pool}
     finally:
         cluster.stop()
         await redis.flushdb()
@@ -126,12 +178,26 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=2.0, help="seconds before the burst (a warm pool fills)"
     )
+    parser.add_argument("--pool", type=int, default=0, help="warm sandboxes, filled first")
     args = parser.parse_args()
     figures = on_scratch_database(
         "burst", lambda database_url, log_dir: run(args, database_url, log_dir)
     )
+    pool = figures.pop("pool")
     out = ["request -> a sandbox that ran `true` (ms):"]
     out += [line(phase, results) for phase, results in figures.items()]
+    cpu = pool["cpu"]
+    top = sorted(((v, k) for k, v in cpu.items() if k != "machine" and v >= 0.05), reverse=True)
+    out.append(
+        f"  the burst's CPU-s: machine {cpu['machine']:.2f};"
+        + ", ".join(f" {name} {used:.2f}" for used, name in top[:8])
+    )
+    if args.pool:
+        out.append(
+            f"  warm pool of {args.pool}: {pool['cgroup_mb']:.1f} MiB each in its cgroup,"
+            f" {pool['host_mb']:.1f} MiB each off MemAvailable; machine idle CPU"
+            f" {pool['idle_cpu_pct']:.1f} % of a core (none: {pool['idle_cpu_none_pct']:.1f} %)"
+        )
     out.append(f"  {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}")
     sys.stdout.write("\n".join(out) + "\n")
 

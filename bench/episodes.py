@@ -51,7 +51,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service import REDIS_URL, Cluster, bench_env, pct, rss_mb
+from service import REDIS_URL, Cluster, bench_env, cpu_by_process, pct, rss_mb
 from stream_latency import create_database, drop_database, wait_ready
 
 TRUE = {
@@ -242,27 +242,6 @@ async def measure(bench: Bench, cluster: Cluster, args: argparse.Namespace) -> N
         await asyncio.sleep(0.2)
     if left:
         figures.errors.append(f"{len(left)} sandboxes left after every close")
-
-
-def cpu_by_process(pids: dict[int, str]) -> dict[str, float]:
-    """CPU seconds (user + system) of every process now, summed by name: the API, the
-    worker and this bench by role, the rest (postgres, redis-server, dockerd, the
-    sandboxes' processes ...) by command name. Where the cores go while stepping."""
-    tick = os.sysconf("SC_CLK_TCK")
-    pids = {**pids, os.getpid(): "bench client"}
-    used: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        role = pids.get(int(entry.name), name)
-        used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return used
 
 
 async def wait_open(bench: Bench) -> str:

@@ -291,6 +291,68 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def mem_available_mb() -> float:
+    """The host's MemAvailable: what a new container can still have."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def container_memory_mb(container_id: str) -> float:
+    """What the container's memory cgroup charges it now (its processes and its tmpfs files),
+    cgroup v1 or v2 with the cgroupfs driver; 0 when the cgroup is not found."""
+    for path in (
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
+        f"/sys/fs/cgroup/docker/{container_id}/memory.current",
+    ):
+        if os.path.exists(path):
+            with open(path) as usage:
+                return int(usage.read()) / 2**20
+    return 0.0
+
+
+def cpu_by_process(pids: dict[int, str]) -> dict[str, float]:
+    """CPU seconds (user + system) of every process now, summed by name: the API, the
+    worker and this bench by role, the rest (postgres, redis-server, dockerd, the
+    sandboxes' processes ...) by command name. Where the cores go while stepping."""
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = {**pids, os.getpid(): "bench client"}
+    used: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        role = pids.get(int(entry.name), name)
+        used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def busy_seconds() -> float:
+    """The machine's CPU-seconds not idle since boot, all cores (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def labelled_containers(*labels: str) -> list[str]:
+    """Full ids of the running containers carrying every `key=value` of `labels`."""
+    found = subprocess.run(
+        ["docker", "ps", "-q", "--no-trunc", *(f"--filter=label={lab}" for lab in labels)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.split()
+
+
 async def sandbox_states(instance: str) -> list[str]:
     """The state of every container of this run (a finished task's sandbox is gone)."""
     proc = await asyncio.create_subprocess_exec(

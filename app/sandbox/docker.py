@@ -42,6 +42,10 @@ PING_TIMEOUT_S = 10.0
 SETUP_TIMEOUT_S = 60.0
 KILL_TIMEOUT_S = 15.0
 DEFAULT_RUNTIME = "runc"
+MAX_REMOVALS = 8
+"""Force-removals one host sends at once. Docker 20.10 (Debian 12's) wedged for good under
+~100 at once here (a worker's stop removing its warm pool while callers deleted as many):
+every kill waited on an exit event stuck behind the daemon's network lock."""
 ARCHIVE_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 
 # `docker exec` reports the host PID, useless inside the container's PID namespace:
@@ -103,6 +107,7 @@ class DockerHost:
         self.runtime = runtime
         """The OCI runtime sandboxes are made with; `ping` checks the daemon has it."""
         self._docker: aiodocker.Docker | None = None
+        self._removals: asyncio.Semaphore | None = None
         self._egress_ready: set[EgressPolicy] = set()
         self._egress_lock = asyncio.Lock()
         self.egress_gate = ProxyGate(self.api)
@@ -223,10 +228,14 @@ class DockerHost:
         return [container.id for container in containers]
 
     async def remove_container(self, container_id: str) -> None:
-        """Force-remove; a container already gone (or going) is fine."""
+        """Force-remove, at most `MAX_REMOVALS` at once; a container already gone (or going)
+        is fine."""
+        if self._removals is None:
+            self._removals = asyncio.Semaphore(MAX_REMOVALS)
         with docker_errors(f"remove container {container_id}"):
             try:
-                await self.api().containers.container(container_id).delete(force=True, v=True)
+                async with self._removals:
+                    await self.api().containers.container(container_id).delete(force=True, v=True)
             except DockerError as exc:
                 if exc.status != 404 and not (exc.status == 409 and "in progress" in exc.message):
                     raise
@@ -236,6 +245,7 @@ class DockerHost:
         if self._docker is not None:
             await self._docker.close()
             self._docker = None
+            self._removals = None
 
     async def __aenter__(self) -> DockerHost:
         return self

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from app import defaults
@@ -74,6 +75,7 @@ class WarmPool:
         max_age_s: float = defaults.WARM_POOL_MAX_AGE_S,
         task_deadline_s: float = defaults.SANDBOX_DEADLINE_S,
         max_shapes: int = 4,
+        refill_after_s: float = 0.0,
     ) -> None:
         self._host = host
         self._size = size
@@ -83,6 +85,11 @@ class WarmPool:
         self._max_age_s = max_age_s
         self._deadline_s = max_age_s + task_deadline_s
         self._max_shapes = max_shapes
+        self._refill_after_s = refill_after_s
+        """After a claim, wait until none came for this long before refilling, while any
+        shape still has one ready: containers started during a burst of claims take the
+        CPU the burst's own requests need."""
+        self._last_claim = 0.0
         self._shapes: dict[str, SandboxConfig] = {}
         self._ready: dict[str, list[_Warm]] = {}
         self._wake = asyncio.Event()
@@ -129,6 +136,7 @@ class WarmPool:
                 self._discard(item)
             elif item.life_left(now) >= config.deadline_s:
                 waiting.remove(item)
+                self._last_claim = now
                 self._wake.set()
                 return item.box
         return None
@@ -146,6 +154,7 @@ class WarmPool:
         """Top every shape up to `size`, one sandbox at a time; sweep the stale ones."""
         while True:
             self._wake.clear()
+            await self._quiet()
             try:
                 await self._fill_once()
             except SandboxError as exc:
@@ -158,6 +167,17 @@ class WarmPool:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    async def _quiet(self) -> None:
+        """Until `refill_after_s` passed without a claim, or a shape has none ready."""
+        while self._refill_after_s > 0 and all(self._ready.values()):
+            left = self._last_claim + self._refill_after_s - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.clear()  # a claim meanwhile looks again: it may have taken the last
+            with suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
 
     async def _fill_once(self) -> None:
         for key, config in list(self._shapes.items()):

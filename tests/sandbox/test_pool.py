@@ -58,6 +58,29 @@ async def test_pool_fills_hands_out_each_sandbox_once_and_refills(
         await box.remove()
 
 
+async def test_a_pool_told_to_wait_refills_once_claims_pause_or_it_ran_out(
+    host: DockerHost, docker_image: str, test_labels: dict[str, str]
+) -> None:
+    """`refill_after_s` (the sandbox API's pool): no container starts while claims keep
+    coming and some are still ready; an empty pool refills at once."""
+    labels = {**pool_labels("pooltest", "w-test"), **test_labels}
+    pool = WarmPool(host, size=2, labels=labels, refill_after_s=600.0)
+    config = shape(docker_image)
+    try:
+        pool.start(config)
+        await pool.wait_ready(config)
+        claimed = [pool.claim(config)]
+        await asyncio.sleep(1.5)  # a cold start takes ~0.3 s here: one would be ready by now
+        assert pool.ready(config) == 1, "it refilled during the claims"
+        claimed.append(pool.claim(config))
+        await pool.wait_ready(config)  # ran out: refilled without waiting the 600 s
+    finally:
+        await pool.close()
+        for box in claimed:
+            if box is not None:
+                await box.remove()
+
+
 async def test_unknown_shape_is_cold_then_learnt(pooled: WarmPool, docker_image: str) -> None:
     small = shape(docker_image, memory_mb=256)
     assert pooled.claim(small) is None

@@ -73,7 +73,9 @@ async def create(
             await bus.abandon(redis, sent)
             continue
         if "created" in reply:
-            return rows.out(await rows.find(sessions, tenant, row.id))
+            if isinstance(reply.get("sandbox"), dict):  # the row as the worker's update left it
+                return SandboxOut.model_validate(reply["sandbox"])
+            return rows.out(await rows.find(sessions, tenant, row.id))  # an older worker
         if "full" in reply:
             why = "every worker's sandbox slots are taken"
             continue

@@ -29,15 +29,17 @@ from redis.exceptions import RedisError
 
 from app import metrics
 from app.bus import files as bus
-from app.errors import SandboxError
+from app.errors import AppError, SandboxError
 from app.ids import utc_now
 from app.runner.episode import sandbox_deadline_s
 from app.sandbox import task_files
 from app.sandbox.docker import DockerSandbox
-from app.sandbox.policy import SANDBOX_LABEL, WRITABLE_LABEL, sandbox_config
+from app.sandbox.policy import SANDBOX_LABEL, WRITABLE_LABEL, SandboxConfig, sandbox_config
+from app.sandbox.pool import WarmPool, pool_labels
 from app.sandbox.reaper import CREATED_LABEL, INSTANCE_LABEL, WORKER_LABEL
 from app.sandbox.task_files import FileRefused
 from app.schemas.files import FileList, FileWritten
+from app.schemas.sandboxes import SandboxCreate
 from app.services.sandboxes import service as rows
 from app.worker.context import WorkerContext
 from app.worker.sandboxes import commands, upkeep
@@ -52,6 +54,12 @@ STOP_GRACE_S = 5.0
 """At a stop, how long answers in flight get once their sandboxes are removed."""
 CHANNEL_CAP_BYTES = 64 * 1024
 """The exec channel's own capture per stream: `commands` keeps what the caller gets."""
+POOLED = "pool"
+"""`SANDBOX_LABEL`'s value on this server's warm sandboxes: a caller's sandbox once claimed,
+so a successor under the worker's name removes them at its start (`upkeep.end_own`) as it
+removes the others."""
+REFILL_AFTER_S = 1.0
+"""The warm pool refills once creates have paused this long (or it ran out)."""
 Reply = dict[str, Any]
 
 
@@ -83,6 +91,18 @@ class SandboxServer:
         )
         self._answering: set[asyncio.Task[None]] = set()
         self.builder = builder
+        self._cold_starts = asyncio.Semaphore(s.sandbox_start_concurrency)
+        self.pool: WarmPool | None = None
+        if s.sandbox_warm_pool_size > 0:
+            self.pool = WarmPool(
+                ctx.docker,
+                size=s.sandbox_warm_pool_size,
+                labels={**pool_labels(ctx.instance, ctx.name), SANDBOX_LABEL: POOLED},
+                max_age_s=s.warm_pool_max_age_s,
+                task_deadline_s=sandbox_deadline_s(s, s.sandbox_max_lifetime_s),
+                max_shapes=1,
+                refill_after_s=REFILL_AFTER_S,
+            )
 
     def halt(self) -> None:
         self.halted.set()
@@ -94,10 +114,14 @@ class SandboxServer:
             asyncio.create_task(self._loop("requests", self._take_one)),
             asyncio.create_task(self._loop("upkeep", self._upkeep)),
         ]
+        if self.pool is not None:
+            self._warm_default_shape(self.pool)
         try:
             await self.halted.wait()
         finally:
             await asyncio.gather(*loops, return_exceptions=True)
+            if self.pool is not None:
+                await self.pool.close()
             # Their commands end with their containers: the answers in flight come quickly.
             for held in list(self.live.values()):
                 await self.remove(held, "worker_lost", f"its worker {self.ctx.name} stopped")
@@ -214,14 +238,38 @@ class SandboxServer:
                 return {"failure": "the sandbox ended while it started"}
             self.live[sandbox_id] = Live(sandbox_id, box, wanted.expires_at.timestamp())
             metrics.SANDBOXES_LIVE.set(len(self.live))
-            return {"created": True}
+            return {"created": True, "sandbox": rows.out(started).model_dump(mode="json")}
         except (SandboxError, ValueError) as exc:
             log.warning("could not start sandbox %s: %r", sandbox_id, exc)
             return {"failure": str(exc)}
         finally:
             self.starting -= 1
 
+    def _warm_default_shape(self, pool: WarmPool) -> None:
+        """Keep sandboxes of a create with no fields ready (the pool's one shape): the
+        burst of creates the pool is sized for is there before its first request."""
+        try:
+            default = rows.new_row(self.ctx.settings, "pool", SandboxCreate())
+        except AppError as exc:  # the operator's catalogue keeps `default` from some tenants
+            log.warning("sandbox warm pool: no default sandbox to keep ready: %s", exc)
+            return
+        pool.start(self._config(rows.wanted(default)))
+
     async def _start(self, wanted: rows.Wanted) -> DockerSandbox:
+        """A warm sandbox of its shape when the pool has one; a new container otherwise, at
+        most `SANDHIVE_SANDBOX_START_CONCURRENCY` at once (a burst of creates on a small
+        host finishes one by one rather than all late together)."""
+        config, asked = self._config(wanted), time.monotonic()
+        warm = self.pool.claim(config) if self.pool is not None else None
+        if warm is not None:
+            metrics.observe_sandbox_start(time.monotonic() - asked, warm=True)
+            return warm
+        async with self._cold_starts:
+            made = await self.ctx.runner.docker.create_sandbox(config)
+        metrics.observe_sandbox_start(time.monotonic() - asked, warm=False)
+        return made
+
+    def _config(self, wanted: rows.Wanted) -> SandboxConfig:
         """Its container: the catalogue image within the server's caps, labelled as a
         caller's own (no task), its main process ending at the lifetime cap."""
         runner, s = self.ctx.runner, self.ctx.settings
@@ -250,16 +298,12 @@ class SandboxServer:
             deadline_s=sandbox_deadline_s(s, max(s.sandbox_max_lifetime_s - lived, 1.0)),
             allow_domains=tuple(box.allow_domains),
         )
-        config = replace(
+        return replace(
             config,
             env={**config.env, **wanted.env},
             read_only_rootfs=config.read_only_rootfs and not writable,
             output_cap_bytes=CHANNEL_CAP_BYTES,
         )
-        asked = time.monotonic()
-        made = await runner.docker.create_sandbox(config)
-        metrics.observe_sandbox_start(time.monotonic() - asked, warm=False)
-        return made
 
     async def _file(self, held: Live, op: str, request: dict[str, Any], reply: str) -> Reply:
         s = self.ctx.settings
