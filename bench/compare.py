@@ -2,6 +2,7 @@
 
     SANDHIVE_BENCH_REDIS_URL=redis://127.0.0.1:6379/1 .venv/bin/python bench/compare.py [--quick]
         [--steps 10] [--package-venv .bench-venv] [--no-package] [--env SANDHIVE_X=VALUE ...]
+        [--floor-cycles 16]
 
 Both sides talk to one scripted OpenAI-compatible server (app.scripted, in a process of its
 own, TCP_NODELAY on its sockets) that answers at once: K-1 `execute_bash` calls of `true`,
@@ -26,6 +27,11 @@ else runs: the load average is printed too). Each throughput phase starts once t
 has been nearly idle for 3 s (`experiment.settle`, at most 90 s), so that neither side pays
 for what the other left running (such as the kernel's teardown of the package's bridge
 namespaces).
+
+Last, the container's own floor in the same run (`bench/lifecycle.py`'s "no command at all"
+variant for the runtime Sandhive used: a container of the same hardening created, started
+and removed with nothing run in it, --floor-cycles of them 4 at once, machine CPU per
+container), and Sandhive's CPU-s per task beside it: issue 35's goal is ≤ 1.5x.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from redis.asyncio import Redis
 from app.scripted import Script, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lifecycle
 from experiment import PACKAGE_IMAGE, PACKAGE_TASK, CpuMeter, package_cli, settle
 from service import REDIS_URL, Bench, Cluster, ScriptedLLMProcess, bench_env
 from stream_latency import create_database, drop_database
@@ -240,7 +247,21 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def report(pkg: Side | None, sh: Side, args: argparse.Namespace) -> str:
+def container_floor(args: argparse.Namespace) -> float | None:
+    """Machine CPU-s of one bare container of our hardening, with the runtime Sandhive ran
+    (`SANDHIVE_SANDBOX_RUNTIME` in --env), measured now; None with --floor-cycles 0."""
+    if not args.floor_cycles:
+        return None
+    runtime = dict(pair.split("=", 1) for pair in args.env).get("SANDHIVE_SANDBOX_RUNTIME")
+    name = "no command at all, crun" if runtime == "crun" else "no command at all (the floor)"
+    only = argparse.Namespace(
+        only=[name], cycles=args.floor_cycles, concurrency=4, rounds=1, median=False
+    )
+    rounds = asyncio.run(lifecycle.run(only))[name]
+    return min(r.cpu["total"] for r in rounds) / 1000
+
+
+def report(pkg: Side | None, sh: Side, args: argparse.Namespace, floor: float | None = None) -> str:
     p = pkg or Side()
     k = args.steps
     med = statistics.median
@@ -280,6 +301,11 @@ def report(pkg: Side | None, sh: Side, args: argparse.Namespace) -> str:
                 "",
             )
         )
+    if floor:
+        rows.append(("a container's own floor (CPU-s, no command)", "-", f"{floor:.2f}", "", ""))
+        for n in CONCURRENCY:
+            times = sh.cpu_per_task[n] / floor
+            rows.append((f"  CPU per task at {n} / the floor", "-", f"{times:.2f}x", "", "<= 1.5x"))
     rows.append(("submit -> first model request, cold", "-", med_ms(sh.cold), "", "<= 150 ms"))
     rows.append(("submit -> first model request, warm", "-", med_ms(sh.warm), "", ""))
     head = ("figure", "package", "Sandhive", "Sandhive/package", "goal")
@@ -310,6 +336,9 @@ def main() -> None:
     parser.add_argument("--package-venv", type=Path, default=Path(".bench-venv"))
     parser.add_argument("--no-package", action="store_true")
     parser.add_argument("--env", action="append", default=[], help="SANDHIVE_X=V for Sandhive")
+    parser.add_argument(
+        "--floor-cycles", type=int, default=16, help="bare containers for the floor (0: none)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.singles = 1, 3
@@ -319,7 +348,8 @@ def main() -> None:
     with ScriptedLLMProcess() as llm:
         package = run_package(cli, llm, args) if cli is not None else None
         sandhive = asyncio.run(run_sandhive(llm, args))
-    sys.stdout.write(report(package, sandhive, args) + "\n")
+    floor = container_floor(args)
+    sys.stdout.write(report(package, sandhive, args, floor) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Episode step overhead through the real service, with many episodes open at once.
 
     .venv/bin/python bench/episodes.py [--episodes 128] [--steps 20] [--open-concurrency 16]
+                                       [--stepping K]
 
 What a trainer that owns the loop pays per turn: a real `sandhive serve` and a real
 `sandhive worker` (one, holding every sandbox), Postgres and Redis; the bench opens
@@ -20,6 +21,11 @@ generation times differ from episode to episode). Measured:
   * the same two figures for one episode alone (no concurrency), before the others open;
   * worker RSS per open episode: the worker's RSS with every episode open minus its RSS
     idle (after one warm-up episode), divided by --episodes;
+  * memory per open episode on the host: MemAvailable before the episodes open minus after,
+    divided by --episodes (the sandbox, its shim, the worker's and the API's share), and
+    what each sandbox's memory cgroup is charged; from it, how many fit per GiB;
+  * with --stepping K (density for RL), only K of the open episodes step at once while the
+    others stay open and idle; each idle one must still close `closed` (none lost);
   * errors: any refused or failed call, and any episode not left `closed`.
 
 Needs Postgres, Redis, Docker and the sandbox image: it creates (and drops) a scratch
@@ -51,7 +57,17 @@ import aiohttp
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service import REDIS_URL, Cluster, bench_env, cpu_by_process, pct, rss_mb
+from service import (
+    REDIS_URL,
+    Cluster,
+    bench_env,
+    container_memory_mb,
+    cpu_by_process,
+    labelled_containers,
+    mem_available_mb,
+    pct,
+    rss_mb,
+)
 from stream_latency import create_database, drop_database, wait_ready
 
 TRUE = {
@@ -88,6 +104,8 @@ class Figures:
     opens: list[float] = field(default_factory=list)
     rss_idle_mb: float = 0.0
     rss_open_mb: float = 0.0
+    host_mb_per_open: float = 0.0
+    cgroup_mb_per_sandbox: float = 0.0
     open_count: int = 0
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
@@ -213,6 +231,7 @@ async def measure(bench: Bench, cluster: Cluster, args: argparse.Namespace) -> N
     figures.opens.clear()
     await asyncio.sleep(1.0)
     figures.rss_idle_mb = rss_mb(cluster.worker.pid)
+    available = mem_available_mb()
 
     gate = asyncio.Semaphore(args.open_concurrency)
 
@@ -227,11 +246,16 @@ async def measure(bench: Bench, cluster: Cluster, args: argparse.Namespace) -> N
         samples.append(rss_mb(cluster.worker.pid))
         await asyncio.sleep(0.2)
     figures.rss_open_mb = statistics.median(samples)
+    figures.host_mb_per_open = (available - mem_available_mb()) / max(len(opened), 1)
+    sandboxes = labelled_containers(f"sandhive.instance={cluster.env['SANDHIVE_INSTANCE']}")
+    charged = [container_memory_mb(c) for c in sandboxes]
+    figures.cgroup_mb_per_sandbox = statistics.mean(charged) if charged else 0.0
+    stepping = opened[: args.stepping or len(opened)]
     assert cluster.api is not None
     pids = {cluster.api.pid: "api", cluster.worker.pid: "worker"}
     cpu_before = cpu_by_process(pids)
     started = time.monotonic()
-    await asyncio.gather(*(bench.drive(i, "concurrent") for i in opened))
+    await asyncio.gather(*(bench.drive(i, "concurrent") for i in stepping))
     figures.wall_s = time.monotonic() - started
     cpu_after = cpu_by_process(pids)
     figures.cpu_s = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
@@ -279,7 +303,9 @@ def table(figures: Figures, args: argparse.Namespace) -> str:
             med, p95 = statistics.median(values) * 1000, pct(values, 0.95) * 1000
             rows.append((name, f"{med:.1f}", f"{p95:.1f}", str(len(values))))
 
-    at_once = f"{args.episodes} at once, think {args.think:g} s ±{args.jitter:.0%}"
+    at_once = f"{args.stepping or args.episodes} at once, think {args.think:g} s ±{args.jitter:.0%}"
+    if args.stepping:
+        at_once += f", {args.episodes} open"
     for phase, label in (("alone", "1 episode alone"), ("concurrent", at_once)):
         add(f"step round trip, {label} (ms)", figures.round_trips.get(phase, []))
         add(f"step overhead through the API, {label} (ms)", figures.overheads.get(phase, []))
@@ -290,6 +316,13 @@ def table(figures: Figures, args: argparse.Namespace) -> str:
     rows.append(("worker RSS idle (MB)", f"{idle:.1f}", "", ""))
     rows.append((f"worker RSS with {n} episodes open (MB)", f"{busy:.1f}", "", ""))
     rows.append(("worker RSS per open episode (MB)", f"{(busy - idle) / max(n, 1):.2f}", "", ""))
+    host = figures.host_mb_per_open
+    rows.append(("host memory per open episode (MiB off MemAvailable)", f"{host:.1f}", "", ""))
+    rows.append(
+        ("  of it, its sandbox's cgroup (MiB)", f"{figures.cgroup_mb_per_sandbox:.1f}", "", "")
+    )
+    if host > 0:
+        rows.append(("open episodes per GiB", f"{1024 / host:.0f}", "", ""))
     steps = len(figures.round_trips.get("concurrent", []))
     if figures.wall_s:
         rows.append(("concurrent steps per second", f"{steps / figures.wall_s:.0f}", "", ""))
@@ -317,6 +350,9 @@ def main() -> None:
         "--jitter", type=float, default=0.0, help="spread of each pause, a fraction of --think"
     )
     parser.add_argument("--open-concurrency", type=int, default=16, help="opens in flight")
+    parser.add_argument(
+        "--stepping", type=int, default=0, help="of the open episodes, how many step (0: all)"
+    )
     args = parser.parse_args()
     name = f"sandhive_bench_{os.getpid()}"
     database_url = create_database(name)
