@@ -538,7 +538,8 @@ class Settings(BaseSettings):
     """Sandboxes one tenant may have starting or running at once (429 above)."""
     sandbox_max_lifetime_s: int = Field(default=6 * 3600, ge=60)
     """The longest a sandbox lives from its creation, however often its TTL is extended:
-    its container ends itself then even if every worker died (docs/sandboxes.md)."""
+    its container ends itself then even if every worker died (a warm one up to
+    `SANDHIVE_WARM_POOL_MAX_AGE_S` later; docs/sandboxes.md)."""
     sandbox_allow_writable_rootfs: bool = False
     """Let `POST /v1/sandboxes` ask for `read_only_rootfs: false` (422 otherwise): its writes
     land in the container's layer on the Docker host's disk, unbounded by `disk_mb`; turn on

@@ -22,12 +22,14 @@ from app import defaults
 from app.sandbox.egress_policy import ProxyPolicy
 
 MANAGED_LABEL = "sandhive.managed"
+"""Every container Sandhive starts carries this label (invariant 4: it can always be found)."""
 SANDBOX_LABEL = "sandhive.sandbox"
-"""On a caller's own sandbox (`/v1/sandboxes`): its id; it has no task."""
+"""On a caller's own sandbox (`/v1/sandboxes`): its id; it has no task. `pool` on a warm one
+(made before anyone asked), which keeps it once claimed: the worker logs which sandbox took
+which warm container."""
 WRITABLE_LABEL = "sandhive.writable_rootfs"
 """`1` on a caller's own sandbox whose image filesystem is writable: asked for, and allowed by
 the operator (`SANDHIVE_SANDBOX_ALLOW_WRITABLE_ROOTFS`); visible in `docker inspect`."""
-"""Every container Sandhive starts carries this label (invariant 4: it can always be found)."""
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/root/.local/bin"
 

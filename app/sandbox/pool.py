@@ -90,15 +90,17 @@ class WarmPool:
         shape still has one ready: containers started during a burst of claims take the
         CPU the burst's own requests need."""
         self._last_claim = 0.0
+        self._closed = False
         self._shapes: dict[str, SandboxConfig] = {}
         self._ready: dict[str, list[_Warm]] = {}
         self._wake = asyncio.Event()
         self._filler: asyncio.Task[None] | None = None
 
     def start(self, config: SandboxConfig) -> None:
-        """Keep sandboxes of this shape ready (the filler starts on first use)."""
+        """Keep sandboxes of this shape ready (the filler starts on first use); nothing once
+        closed (a claim racing a stop must not start a filler nobody closes)."""
         key = shape_of(config)
-        if self.size_of(config) == 0:
+        if self.size_of(config) == 0 or self._closed:
             return  # this image keeps no warm sandboxes
         if key not in self._shapes and len(self._shapes) < self._max_shapes:
             self._shapes[key] = replace(config, labels=self._labels, deadline_s=self._deadline_s)
@@ -121,13 +123,17 @@ class WarmPool:
             while self.ready(config) < self.size_of(config):  # noqa: ASYNC110 - test/bench helper
                 await asyncio.sleep(0.05)
 
-    def claim(self, config: SandboxConfig) -> DockerSandbox | None:
+    def claim(self, config: SandboxConfig, *, learn: bool = True) -> DockerSandbox | None:
         """A fresh sandbox of this shape that lives at least `config.deadline_s` more, now,
-        or None (then the shape is learnt for next time)."""
+        or None (then, with `learn`, the shape is learnt for next time; without, only the
+        shapes `start` was given are ever kept)."""
         if config.egress is not None and config.egress.proxy is not None:
             return None  # its network and the proxy's grant are its task's: never made ahead
         key = shape_of(config)
-        self.start(config)
+        if learn:
+            self.start(config)
+        elif key in self._shapes:
+            self._wake.set()
         waiting = self._ready.get(key, [])
         now = time.monotonic()
         for item in list(waiting):
@@ -200,7 +206,8 @@ class WarmPool:
                 waiting.append(_Warm(box, born))
 
     async def close(self) -> None:
-        """Stop refilling and remove every sandbox still waiting."""
+        """Stop refilling and remove every sandbox still waiting; it hands out none after."""
+        self._closed = True
         if self._filler is not None:
             self._filler.cancel()
             await asyncio.gather(self._filler, return_exceptions=True)

@@ -17,6 +17,9 @@ from app.sandbox import DockerHost, SandboxConfig
 from app.sandbox.pool import WarmPool, pool_labels
 from app.schemas.tasks import TaskCreate
 from app.scripted import Script, ScriptedLLMServer, Turn
+from tests.support.docker_calls import DockerCalls, docker_calls
+
+__all__ = ["docker_calls"]
 
 
 @pytest.fixture
@@ -59,19 +62,22 @@ async def test_pool_fills_hands_out_each_sandbox_once_and_refills(
 
 
 async def test_a_pool_told_to_wait_refills_once_claims_pause_or_it_ran_out(
-    host: DockerHost, docker_image: str, test_labels: dict[str, str]
+    host: DockerHost, docker_image: str, test_labels: dict[str, str], docker_calls: DockerCalls
 ) -> None:
     """`refill_after_s` (the sandbox API's pool): no container starts while claims keep
     coming and some are still ready; an empty pool refills at once."""
     labels = {**pool_labels("pooltest", "w-test"), **test_labels}
     pool = WarmPool(host, size=2, labels=labels, refill_after_s=600.0)
     config = shape(docker_image)
+    claimed = []
     try:
         pool.start(config)
         await pool.wait_ready(config)
-        claimed = [pool.claim(config)]
-        await asyncio.sleep(1.5)  # a cold start takes ~0.3 s here: one would be ready by now
-        assert pool.ready(config) == 1, "it refilled during the claims"
+        docker_calls.calls.clear()
+        claimed.append(pool.claim(config))
+        await asyncio.sleep(1.0)  # a filler that did not wait would have asked for one
+        assert docker_calls.calls[("POST", "containers/create")] == 0, "refilled mid-burst"
+        assert pool.ready(config) == 1
         claimed.append(pool.claim(config))
         await pool.wait_ready(config)  # ran out: refilled without waiting the 600 s
     finally:
@@ -79,6 +85,26 @@ async def test_a_pool_told_to_wait_refills_once_claims_pause_or_it_ran_out(
         for box in claimed:
             if box is not None:
                 await box.remove()
+
+
+async def test_a_pool_that_may_not_learn_or_is_closed_starts_nothing(
+    host: DockerHost, docker_image: str, test_labels: dict[str, str], docker_calls: DockerCalls
+) -> None:
+    """`claim(learn=False)` of a shape never started is None and keeps it not (a caller's env
+    is never kept warm); after `close`, a claim racing a stop starts no filler."""
+    labels = {**pool_labels("pooltest", "w-test"), **test_labels}
+    pool = WarmPool(host, size=1, labels=labels)
+    other = shape(docker_image, env={"SECRET_OF_MINE": "x"})
+    try:
+        assert pool.claim(other, learn=False) is None
+        await asyncio.sleep(1.0)
+        assert pool.ready(other) == 0
+        await pool.close()
+        assert pool.claim(shape(docker_image)) is None
+        await asyncio.sleep(1.0)
+        assert docker_calls.calls[("POST", "containers/create")] == 0
+    finally:
+        await pool.close()
 
 
 async def test_unknown_shape_is_cold_then_learnt(pooled: WarmPool, docker_image: str) -> None:

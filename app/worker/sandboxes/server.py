@@ -114,17 +114,17 @@ class SandboxServer:
             asyncio.create_task(self._loop("requests", self._take_one)),
             asyncio.create_task(self._loop("upkeep", self._upkeep)),
         ]
-        if self.pool is not None:
-            self._warm_default_shape(self.pool)
         try:
+            if self.pool is not None:
+                self._warm_default_shape(self.pool)
             await self.halted.wait()
         finally:
             await asyncio.gather(*loops, return_exceptions=True)
-            if self.pool is not None:
-                await self.pool.close()
             # Their commands end with their containers: the answers in flight come quickly.
             for held in list(self.live.values()):
                 await self.remove(held, "worker_lost", f"its worker {self.ctx.name} stopped")
+            if self.pool is not None:
+                await self.pool.close()
             if self._answering:
                 await asyncio.wait(self._answering, timeout=STOP_GRACE_S)
                 for task in self._answering:
@@ -191,7 +191,7 @@ class SandboxServer:
     async def _serve(self, request: dict[str, Any], reply: str) -> Reply | None:
         op, sandbox_id = request.get("op"), str(request.get("sandbox_id"))
         if op == "create":
-            return await self._create(sandbox_id)
+            return await self._create(sandbox_id, request)
         if op == "build":
             return await self.builder.answer(request)
         held = self.live.get(sandbox_id)
@@ -215,7 +215,7 @@ class SandboxServer:
         # Removed meanwhile (deleted, expired): whatever the command saw, the sandbox is gone.
         return answer if sandbox_id in self.live else _gone(self.ctx.name, sandbox_id)
 
-    async def _create(self, sandbox_id: str) -> Reply:
+    async def _create(self, sandbox_id: str, request: dict[str, Any]) -> Reply:
         s = self.ctx.settings
         if len(self.live) + self.starting >= s.sandbox_slots:
             return {"full": True}
@@ -227,7 +227,7 @@ class SandboxServer:
             wanted = rows.wanted(row)
             if wanted.built is not None:  # a tenant's own image, maybe not built here yet
                 await self.builder.ensure(wanted.tenant, wanted.built, wanted.sandbox.image)
-            box = await self._start(wanted)
+            box = await self._start(wanted, request)
             try:
                 started = await rows.running(self.ctx.sessions, sandbox_id, self.ctx.name)
             except BaseException:
@@ -250,21 +250,27 @@ class SandboxServer:
         burst of creates the pool is sized for is there before its first request."""
         try:
             default = rows.new_row(self.ctx.settings, "pool", SandboxCreate())
-        except AppError as exc:  # the operator's catalogue keeps `default` from some tenants
-            log.warning("sandbox warm pool: no default sandbox to keep ready: %s", exc)
-            return
-        pool.start(self._config(rows.wanted(default)))
+            pool.start(self._config(rows.wanted(default)))
+        except (AppError, ValueError) as exc:  # e.g. the catalogue keeps `default` from some
+            log.warning("sandbox warm pool off: no default sandbox to keep ready: %s", exc)
+            self.pool = None
 
-    async def _start(self, wanted: rows.Wanted) -> DockerSandbox:
-        """A warm sandbox of its shape when the pool has one; a new container otherwise, at
-        most `SANDHIVE_SANDBOX_START_CONCURRENCY` at once (a burst of creates on a small
-        host finishes one by one rather than all late together)."""
+    async def _start(self, wanted: rows.Wanted, request: dict[str, Any]) -> DockerSandbox:
+        """A warm sandbox when the pool keeps its shape (only the default one: a caller's
+        env or writable root is never kept ready); a new container otherwise, at most
+        `SANDHIVE_SANDBOX_START_CONCURRENCY` at once (a burst of creates on a small host
+        finishes one by one rather than all late together), and none for a create its
+        caller gave up on while it waited its turn."""
         config, asked = self._config(wanted), time.monotonic()
-        warm = self.pool.claim(config) if self.pool is not None else None
+        warm = self.pool.claim(config, learn=False) if self.pool is not None else None
         if warm is not None:
             metrics.observe_sandbox_start(time.monotonic() - asked, warm=True)
+            log.info("sandbox %s is warm container %s", wanted.id, warm.id[:12])
             return warm
         async with self._cold_starts:
+            row = await rows.get(self.ctx.sessions, wanted.id)
+            if await self._expired(request) or row is None or row.status != "starting":
+                raise ValueError("the sandbox is no longer waiting to start")
             made = await self.ctx.runner.docker.create_sandbox(config)
         metrics.observe_sandbox_start(time.monotonic() - asked, warm=False)
         return made
