@@ -557,11 +557,11 @@ class Settings(BaseSettings):
     sandbox_warm_pool_size: int = Field(default=0, ge=0, le=1024)
     """Started, never-used sandboxes one worker keeps ready for `POST /v1/sandboxes` (and the
     E2B API) of the default shape: no resources, env or writable root asked for; 0: none.
-    A create that finds one answers without starting a container (docs/sandboxes.md#warm-sandboxes);
-    each waiting one holds its memory on the host."""
+    A create that finds one answers without starting a container; each waiting one holds
+    its memory on the host (docs/sandboxes.md#warm-sandboxes)."""
     sandbox_start_concurrency: int = Field(default=8, ge=1, le=1024)
     """New containers one worker starts at once for `POST /v1/sandboxes`; more creates wait
-    their turn (within `SANDHIVE_SANDBOX_CREATE_TIMEOUT_S`), so a burst on a small host
+    their turn (one whose caller stopped waiting starts none), so a burst on a small host
     finishes one by one rather than all late together."""
     sandbox_exec_timeout_s: float = Field(default=600.0, gt=0)
     """A command's timeout when its request names none (the request may ask for longer)."""

@@ -134,6 +134,7 @@ class Worker:
         await quietly("find the images", self._check_images(ctx))
         await quietly("end own episodes", episodes_sweep.end_own(ctx))
         await quietly("end own sandboxes", sandbox_upkeep.end_own(ctx))
+        await quietly("remove own warm pool", reaping.remove_own_pool(ctx))
         reconciler = Reconciler(ctx)
         s = self.settings
         chores = Periodic()

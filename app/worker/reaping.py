@@ -18,7 +18,9 @@ import logging
 from collections.abc import Collection
 
 from app.bus import leases
+from app.errors import SandboxError
 from app.sandbox import reaper
+from app.sandbox.pool import pool_labels
 from app.sandbox.reaper import Labelled
 from app.services.tasks import attempts
 from app.states import TaskStatus, is_terminal
@@ -54,6 +56,23 @@ async def _reap_containers(ctx: WorkerContext, mine: Collection[str]) -> list[st
         removed += await reaper.remove_all(ctx.docker, orphans)
     if removed:
         log.info("reaped %d sandboxes: %s", len(removed), [r[:12] for r in removed])
+    return removed
+
+
+async def remove_own_pool(ctx: WorkerContext) -> list[str]:
+    """At start, before this process pools anything: the warm sandboxes a predecessor under
+    this worker's name left (idle, or claimed by an attempt it lost). The reaper leaves a
+    name's pool to that name while it lives, so nothing else would ever remove them."""
+    labels = pool_labels(ctx.instance, ctx.name)
+    removed = []
+    for container in await ctx.docker.list_sandboxes(labels):
+        try:
+            await ctx.docker.remove_container(container)
+            removed.append(container)
+        except SandboxError as exc:  # gone meanwhile, or the daemon busy: its deadline's then
+            log.warning("could not remove warm sandbox %s: %r", container[:12], exc)
+    if removed:
+        log.info("removed %d warm sandboxes a predecessor left", len(removed))
     return removed
 
 

@@ -6,10 +6,11 @@ import asyncio
 import subprocess
 
 from app.bus import leases
+from app.sandbox.pool import pool_labels
 from app.sandbox.python_scorer.score import RUN_LABEL, SCORER_LABEL
 from app.sandbox.reaper import CREATED_LABEL, INSTANCE_LABEL, WORKER_LABEL, labels_for
 from app.worker.context import WorkerContext
-from app.worker.reaping import reap
+from app.worker.reaping import reap, remove_own_pool
 from tests.support.rows import insert_task
 
 
@@ -122,3 +123,21 @@ async def test_a_python_scorers_container_goes_only_when_its_worker_is_gone(
     assert removed == [orphaned]
     assert not exists(orphaned)
     assert [why for cid, why in kept.items() if not exists(cid)] == []
+
+
+async def test_a_worker_removes_the_warm_pool_its_predecessor_left_at_start(
+    ctx: WorkerContext, docker_image: str, made: list[str]
+) -> None:
+    """The reaper leaves a live name's pool to that name, so the next worker under it
+    (`remove_own_pool`, at its start) removes what the last one pooled: idle or claimed."""
+    ours = {"sandhive.managed": "1", **pool_labels(ctx.instance, ctx.name)}
+    left = [start_container(made, docker_image, ours) for _ in range(2)]
+    another = start_container(made, docker_image, {**ours, WORKER_LABEL: "w-other"})
+    for worker in (ctx.name, "w-other"):  # both alive: the reaper leaves both pools
+        await leases.beat(ctx.redis, worker, 60_000, {})
+    await reap(ctx, mine=())
+    assert all(exists(c) for c in left), "the reaper took a live name's pool"
+    removed = await remove_own_pool(ctx)
+    assert sorted(removed) == sorted(left)
+    assert not any(exists(c) for c in left)
+    assert exists(another), "another worker's pool went too"

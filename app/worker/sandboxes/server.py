@@ -267,13 +267,20 @@ class SandboxServer:
             metrics.observe_sandbox_start(time.monotonic() - asked, warm=True)
             log.info("sandbox %s is warm container %s", wanted.id, warm.id[:12])
             return warm
+        queued = self._cold_starts.locked()
         async with self._cold_starts:
-            row = await rows.get(self.ctx.sessions, wanted.id)
-            if await self._expired(request) or row is None or row.status != "starting":
+            if queued and not await self._still_wanted(wanted.id, request):
                 raise ValueError("the sandbox is no longer waiting to start")
             made = await self.ctx.runner.docker.create_sandbox(config)
         metrics.observe_sandbox_start(time.monotonic() - asked, warm=False)
         return made
+
+    async def _still_wanted(self, sandbox_id: str, request: dict[str, Any]) -> bool:
+        """After its turn came: its caller still waits and its row still says `starting`."""
+        if await self._expired(request):
+            return False
+        row = await rows.get(self.ctx.sessions, sandbox_id)
+        return row is not None and row.status == "starting"
 
     def _config(self, wanted: rows.Wanted) -> SandboxConfig:
         """Its container: the catalogue image within the server's caps, labelled as a
