@@ -38,6 +38,7 @@ from service import (
     busy_seconds,
     container_memory_mb,
     cpu_by_process,
+    cpu_spent,
     labelled_containers,
     mem_available_mb,
     on_scratch_database,
@@ -95,8 +96,8 @@ def idle_cpu_percent() -> float:
     return 100 * (busy_seconds() - before) / IDLE_S
 
 
-async def fill(instance: str, size: int, pool: dict[str, float]) -> None:
-    """Until the worker's pool holds `size` sandboxes; what they cost into `pool`."""
+async def fill(instance: str, size: int, costs: dict[str, Any]) -> None:
+    """Until the worker's pool holds `size` sandboxes; what they cost into `costs`."""
     deadline = time.monotonic() + 30 + size * 2.0
     while (
         len(ids := labelled_containers(f"sandhive.instance={instance}", "sandhive.pool=1")) < size
@@ -105,8 +106,8 @@ async def fill(instance: str, size: int, pool: dict[str, float]) -> None:
             raise RuntimeError(f"the warm pool reached {len(ids)} of {size} sandboxes")
         await asyncio.sleep(0.5)
     await asyncio.sleep(2)  # their channel agents settled
-    pool["cgroup_mb"] = sum(container_memory_mb(c) for c in ids) / len(ids)
-    pool["idle_cpu_pct"] = await asyncio.to_thread(idle_cpu_percent)
+    costs["cgroup_mb"] = sum(container_memory_mb(c) for c in ids) / len(ids)
+    costs["idle_cpu_pct"] = await asyncio.to_thread(idle_cpu_percent)
 
 
 async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dict[str, Any]:
@@ -128,17 +129,18 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dic
     )
     cluster = Cluster(env, log_dir)
     timeout = aiohttp.ClientTimeout(total=600)
-    pool: dict[str, Any] = {}
+    costs: dict[str, Any] = {}
+    """What the run cost: the burst's CPU by process, and the warm pool's while it waits."""
     try:
         await cluster.start_api()
         await wait_ready(cluster.base_url)
-        pool["idle_cpu_none_pct"] = await asyncio.to_thread(idle_cpu_percent)
+        costs["idle_cpu_none_pct"] = await asyncio.to_thread(idle_cpu_percent)
         available = mem_available_mb()
         cluster.worker = cluster.spawn(["worker"], "worker", worker_name="bench-burst")
         async with aiohttp.ClientSession(base_url=cluster.base_url, timeout=timeout) as client:
             if args.pool:
-                await fill(instance, args.pool, pool)
-                pool["host_mb"] = (available - mem_available_mb()) / args.pool
+                await fill(instance, args.pool, costs)
+                costs["host_mb"] = (available - mem_available_mb()) / args.pool
             await ready(client)
             made: list[str] = []
             sequential = []
@@ -146,13 +148,15 @@ async def run(args: argparse.Namespace, database_url: str, log_dir: Path) -> dic
                 sequential.append(await one(client, made))
                 await remove(client, made)
             await asyncio.sleep(args.settle)  # removals done (and a warm pool filled)
-            roles = {cluster.api.pid: "API", cluster.worker.pid: "worker"}  # type: ignore[union-attr]
+            assert cluster.api is not None
+            assert cluster.worker is not None
+            roles = {cluster.api.pid: "API", cluster.worker.pid: "worker"}
             cpu, busy = cpu_by_process(roles), busy_seconds()
             burst = await asyncio.gather(*(one(client, made) for _ in range(args.burst)))
-            spent = {k: v - cpu.get(k, 0.0) for k, v in cpu_by_process(roles).items()}
-            pool["cpu"] = {"machine": busy_seconds() - busy, **spent}  # type: ignore[assignment]
+            spent = cpu_spent(cpu, cpu_by_process(roles))
+            costs["cpu"] = {"machine": busy_seconds() - busy, **spent}
             await remove(client, made)
-        return {"sequential": sequential, "burst": burst, "pool": pool}
+        return {"sequential": sequential, "burst": burst, "costs": costs}
     finally:
         cluster.stop()
         await redis.flushdb()
@@ -183,10 +187,10 @@ def main() -> None:
     figures = on_scratch_database(
         "burst", lambda database_url, log_dir: run(args, database_url, log_dir)
     )
-    pool = figures.pop("pool")
+    costs = figures.pop("costs")
     out = ["request -> a sandbox that ran `true` (ms):"]
     out += [line(phase, results) for phase, results in figures.items()]
-    cpu = pool["cpu"]
+    cpu = costs["cpu"]
     top = sorted(((v, k) for k, v in cpu.items() if k != "machine" and v >= 0.05), reverse=True)
     out.append(
         f"  the burst's CPU-s: machine {cpu['machine']:.2f};"
@@ -194,9 +198,9 @@ def main() -> None:
     )
     if args.pool:
         out.append(
-            f"  warm pool of {args.pool}: {pool['cgroup_mb']:.1f} MiB each in its cgroup,"
-            f" {pool['host_mb']:.1f} MiB each off MemAvailable; machine idle CPU"
-            f" {pool['idle_cpu_pct']:.1f} % of a core (none: {pool['idle_cpu_none_pct']:.1f} %)"
+            f"  warm pool of {args.pool}: {costs['cgroup_mb']:.1f} MiB each in its cgroup,"
+            f" {costs['host_mb']:.1f} MiB each off MemAvailable; machine idle CPU"
+            f" {costs['idle_cpu_pct']:.1f} % of a core (none: {costs['idle_cpu_none_pct']:.1f} %)"
         )
     out.append(f"  {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}")
     sys.stdout.write("\n".join(out) + "\n")

@@ -63,6 +63,7 @@ from service import (
     bench_env,
     container_memory_mb,
     cpu_by_process,
+    cpu_spent,
     labelled_containers,
     mem_available_mb,
     pct,
@@ -258,7 +259,7 @@ async def measure(bench: Bench, cluster: Cluster, args: argparse.Namespace) -> N
     await asyncio.gather(*(bench.drive(i, "concurrent") for i in stepping))
     figures.wall_s = time.monotonic() - started
     cpu_after = cpu_by_process(pids)
-    figures.cpu_s = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
+    figures.cpu_s = cpu_spent(cpu_before, cpu_after)
     await asyncio.gather(*(bench.close(i) for i in opened))
     for _ in range(600):  # the worker removes a closed episode's sandbox after its answer
         if not (left := await containers(cluster.env["SANDHIVE_INSTANCE"])):

@@ -313,13 +313,14 @@ def container_memory_mb(container_id: str) -> float:
     return 0.0
 
 
-def cpu_by_process(pids: dict[int, str]) -> dict[str, float]:
-    """CPU seconds (user + system) of every process now, summed by name: the API, the
+def cpu_by_process(pids: dict[int, str]) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process now, by pid with its role: the API, the
     worker and this bench by role, the rest (postgres, redis-server, dockerd, the
-    sandboxes' processes ...) by command name. Where the cores go while stepping."""
+    sandboxes' processes ...) by command name, the kernel's work-queue threads as one
+    (a kworker's name says what it does at this instant, not over a phase)."""
     tick = os.sysconf("SC_CLK_TCK")
     pids = {**pids, os.getpid(): "bench client"}
-    used: dict[str, float] = {}
+    used: dict[int, tuple[str, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -328,10 +329,23 @@ def cpu_by_process(pids: dict[int, str]) -> dict[str, float]:
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name.startswith("kworker/"):
+            name = "kworker (kernel work queues)"
         fields = stat[stat.rindex(")") + 2 :].split()
-        role = pids.get(int(entry.name), name)
-        used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        pid = int(entry.name)
+        used[pid] = (pids.get(pid, name), (int(fields[11]) + int(fields[12])) / tick)
     return used
+
+
+def cpu_spent(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds between two `cpu_by_process` readings, summed by role: each process's own
+    difference (one started between them counts whole; one that exited is not seen)."""
+    spent: dict[str, float] = {}
+    for pid, (role, seconds) in after.items():
+        spent[role] = spent.get(role, 0.0) + seconds - before.get(pid, (role, 0.0))[1]
+    return spent
 
 
 def busy_seconds() -> float:
