@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -32,6 +33,21 @@ def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngi
 def create_sessions(engine: AsyncEngine) -> Sessions:
     # expire_on_commit=False: async code cannot lazy-load an expired attribute.
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+_AUTOCOMMIT: weakref.WeakKeyDictionary[Sessions, AsyncEngine] = weakref.WeakKeyDictionary()
+
+
+def autocommit(sessions: Sessions) -> AsyncEngine:
+    """The sessions' engine with every connection in autocommit (its pool shared): for
+    a write that is one statement, which is then its own transaction without a BEGIN
+    and a COMMIT round trip each (`services.tasks.step_rows`)."""
+    engine = _AUTOCOMMIT.get(sessions)
+    if engine is None:
+        bound = sessions.kw["bind"]
+        assert isinstance(bound, AsyncEngine), "sessions are bound to one engine"
+        engine = _AUTOCOMMIT[sessions] = bound.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
 
 
 async def db_now(session: AsyncSession) -> datetime:

@@ -441,8 +441,9 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(_TZ)
 
 
-# The Core tables, typed, for the per-step writes that skip the ORM's bulk paths
-# (`services.events.record_events`, `services.attempts.save_step`).
+# The Core tables, typed, for the event writes that skip the ORM's bulk paths
+# (`services.events.record_events`; a step's own write is one SQL statement,
+# `services.tasks.step_rows`).
 TASKS = cast(Table, Task.__table__)
 
 
@@ -464,7 +465,6 @@ class StepSnapshot(Base):
     created_at: Mapped[datetime] = mapped_column(_TZ, default=utc_now)
 
 
-STEPS = cast(Table, Step.__table__)
 EVENTS = cast(Table, Event.__table__)
 
 

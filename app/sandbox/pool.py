@@ -204,6 +204,7 @@ class WarmPool:
                     task.add_done_callback(_PENDING.discard)
                     raise
                 waiting.append(_Warm(box, born))
+                log.debug("warm sandbox %s ready (%d waiting)", box.id[:12], len(waiting))
 
     async def close(self) -> None:
         """Stop refilling and remove every sandbox still waiting; it hands out none after."""

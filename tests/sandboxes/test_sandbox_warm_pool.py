@@ -45,6 +45,18 @@ async def until(check: Callable[[], object], what: str, timeout_s: float = 60.0)
         await asyncio.sleep(0.2)
 
 
+async def ready_in_log(log: Path, count: int) -> None:
+    """Until the worker (at DEBUG) has logged `count` warm sandboxes ready in all: its
+    containers exist (and `pooled` counts them) a moment before they can be claimed, and
+    on a loaded machine a create in that moment is a cold one."""
+
+    async def logged() -> bool:
+        text = await asyncio.to_thread(log.read_text, errors="replace")
+        return text.count("warm sandbox") >= count
+
+    await until(logged, f"{count} warm sandboxes ready")
+
+
 def holds(container: str, path: str) -> bool:
     done = subprocess.run(
         ["docker", "exec", container, "test", "-e", path], capture_output=True, check=False
@@ -63,15 +75,12 @@ async def test_a_default_create_takes_a_warm_sandbox_and_the_pool_refills(
     make_sandbox_settings: Callable[..., Settings], api: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     settings = make_sandbox_settings(
-        sandbox_warm_pool_size=2, worker_name=f"pooler-{uuid.uuid4().hex[:8]}"
+        sandbox_warm_pool_size=2, worker_name=f"pooler-{uuid.uuid4().hex[:8]}", log_level="DEBUG"
     )
     with ready_worker(settings, tmp_path / "worker.log"):
-
-        async def full() -> bool:
-            return len(await pooled(settings)) == 2
-
-        await until(full, "the pool started two sandboxes before any create")
+        await ready_in_log(tmp_path / "worker.log", 2)  # before any create
         ready = await pooled(settings)
+        assert len(ready) == 2
         made = await create(api)
         assert len(await marked_among(api, made["id"], ready)) == 1, "not one of the warm ones"
 
@@ -99,13 +108,9 @@ async def test_a_successor_removes_what_its_predecessors_pool_left(
     """SIGKILLed, a worker leaves its warm sandboxes and a claimed one; the next worker
     under its name (with no pool) removes them at its start."""
     name = f"pooler-{uuid.uuid4().hex[:8]}"
-    settings = make_sandbox_settings(sandbox_warm_pool_size=1, worker_name=name)
+    settings = make_sandbox_settings(sandbox_warm_pool_size=1, worker_name=name, log_level="DEBUG")
     with ready_worker(settings, tmp_path / "first.log") as first:
-
-        async def warm() -> bool:
-            return len(await pooled(settings)) == 1
-
-        await until(warm, "a warm sandbox")
+        await ready_in_log(tmp_path / "first.log", 1)
         await create(api)
 
         async def refilled() -> bool:

@@ -22,9 +22,10 @@ from app.scripted import Script, ScriptedLLMServer, Turn
 from app.worker.pool import Worker
 from tests.api.conftest import serve
 
-STATEMENTS_PER_STEP = 4.5
-"""Postgres statements per step: 3.0 on an idle machine (2026-12-04), 3.2 in a loaded CI
-run (a chore's statement falls in the longer task's time); two more on every step fail."""
+STATEMENTS_PER_STEP = 1.9
+"""Postgres statements per step: 1.0 on an idle machine (2026-12-05: the step's one
+statement, `services.tasks.step_rows`; 3.0 before it), a few tenths more in a loaded CI run
+(a chore's statement falls in the longer task's time); one more on every step fails."""
 REDIS_COMMANDS_PER_STEP = 8.0
 """Redis commands the server ran per step: 1.5-2.3 idle (2026-12-04), 4.3 in a loaded CI
 run before the clocked chores were slowed here; a few more on every step fail."""

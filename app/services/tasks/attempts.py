@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from sqlalchemy import delete, func, insert, literal_column, select
+from sqlalchemy import delete, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -27,6 +27,7 @@ from app.errors import Conflict
 from app.ids import utc_now
 from app.schemas.tasks import EventOut, StepOut, storable
 from app.services.events import record_event, record_events
+from app.services.tasks import step_rows
 from app.services.tasks.lifecycle import TaskEnd, finish_row, lock_row, publish_quietly
 from app.services.tasks.notify import task_changed
 from app.services.webhooks import service as webhooks
@@ -205,27 +206,33 @@ async def save_step(
     """Store one finished step of attempt `step.attempt` and announce it; `message`: its
     assistant message as the history sent it back (what a fork by replay plays again).
 
-    With `next_index`, the next step's `step.started` rides in the same
-    transaction, right after this `step.completed`: one commit per step on the
-    hot path, and readers still see completion N before the start of N+1. Four
-    round trips to Postgres (begin, fenced seq bump, events, step row + commit).
+    With `next_index`, the next step's `step.started` rides in the same statement, right
+    after this `step.completed`: one write per step on the hot path (`step_rows`), and
+    readers still see completion N before the start of N+1.
     """
-    step = StepOut.model_validate(storable(step.model_dump()))  # binary output: no NUL in SQL
-    items: list[tuple[str, Mapping[str, Any]]] = [("step.completed", step.model_dump(mode="json"))]
+    data = storable(step.model_dump(mode="json"))  # binary output: no NUL in SQL
+    items: list[tuple[str, Mapping[str, Any]]] = [("step.completed", data)]
     if next_index is not None:
         items.append(("step.started", {"index": next_index}))
-    async with sessions.begin() as session:
-        events = await _fenced_events(session, task_id, step.attempt, items)
-        row = step.model_dump(exclude={"action"})
-        action = step.action.model_dump() if step.action else None
-        conn = await session.connection()  # Core insert: see `record_events`
-        kept = storable(dict(capture)) if capture is not None else None  # `llm.capture` (RL)
-        sent = storable(dict(message)) if message is not None else None
-        await conn.execute(
-            insert(models.STEPS).values(
-                task_id=task_id, action=action, capture_json=kept, message=sent, **row
-            )
-        )
+    now = utc_now()
+    last = await step_rows.store_step(
+        sessions,
+        task_id,
+        step.attempt,
+        data,
+        step.started_at,
+        items,
+        now,
+        capture=storable(dict(capture)) if capture is not None else None,  # `llm.capture`
+        message=storable(dict(message)) if message is not None else None,
+    )
+    if last is None:
+        raise StaleAttempt(f"attempt {step.attempt} of {task_id} no longer owns the task")
+    first = last - len(items) + 1
+    events = [
+        EventOut(seq=first + i, type=type_, ts=now, task_id=task_id, data=dict(payload))
+        for i, (type_, payload) in enumerate(items)
+    ]
     await publish_quietly(redis, events)
 
 

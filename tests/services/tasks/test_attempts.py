@@ -7,12 +7,13 @@ from datetime import timedelta
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import event, select
+from sqlalchemy.orm import undefer
 
 from app.db import models
 from app.db.engine import Sessions
 from app.ids import utc_now
 from app.resources import Resources
-from app.schemas.tasks import StepOut, UsageOut
+from app.schemas.tasks import ActionOut, StepOut, UsageOut
 from app.services.tasks import attempts
 from app.services.tasks.attempts import StaleAttempt, StartedAttempt
 from app.services.tasks.lifecycle import TaskEnd
@@ -147,19 +148,23 @@ async def test_housekeeping_reads(sessions: Sessions, redis: Redis) -> None:
     assert await attempts.cancel_requested(sessions, [queued, running]) == set()
 
 
-async def test_a_step_and_the_next_start_are_one_commit(res: Resources, redis: Redis) -> None:
+async def test_a_step_and_the_next_start_are_one_statement(res: Resources, redis: Redis) -> None:
     sessions = res.sessions
-    commits: list[object] = []
-    event.listen(res.engine.sync_engine, "commit", commits.append)
+    statements: list[str] = []
+    event.listen(
+        res.engine.sync_engine,
+        "before_cursor_execute",
+        lambda _conn, _cursor, sql, *_: statements.append(sql),
+    )
     task_id = await insert_task(sessions)
     started = await start(sessions, redis, task_id)
     assert started is not None
     await attempts.step_started(sessions, redis, task_id, 1, 0)
-    before = len(commits)
+    before = len(statements)
     await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), next_index=1)
-    assert len(commits) - before == 1
+    assert len(statements) - before == 1
     await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=1))
-    assert len(commits) - before == 2
+    assert len(statements) - before == 2
     types = await event_types(sessions, task_id)
     # A newer attempt fences the combined write off whole: no half of it lands.
     assert await start(sessions, redis, task_id) is not None
@@ -174,6 +179,77 @@ async def test_a_step_and_the_next_start_are_one_commit(res: Resources, redis: R
         "step.completed",
     ]
     assert after == [*types, "task.started"]
+    async with sessions() as session:
+        stored = await session.scalars(
+            select(models.Step.index).where(models.Step.task_id == task_id)
+        )
+        assert sorted(stored) == [0, 1]
+        seqs = await session.scalars(
+            select(models.Event.seq).where(models.Event.task_id == task_id)
+        )
+        assert sorted(seqs) == list(range(1, len(after) + 1))  # no seq taken by the fenced one
+
+
+async def test_a_stored_step_keeps_every_field(sessions: Sessions, redis: Redis) -> None:
+    """The one-statement store (`step_rows`) writes each column as the step had it: text
+    with NUL made storable, the action as JSON, the capture and message with their keys in
+    the order sent, the times and counts; its event carries the same step."""
+    task_id = await insert_task(sessions)
+    assert await start(sessions, redis, task_id) is not None
+    started = utc_now() - timedelta(seconds=3)
+    done = StepOut(
+        index=0,
+        attempt=1,
+        thought="think\x00ing",
+        reasoning="why",
+        action=ActionOut(tool="execute_bash", arguments={"command": "printf 'a\\0b'"}),
+        observation="a\x00b",
+        exit_code=3,
+        started_at=started,
+        llm_ms=12,
+        tool_ms=34,
+        prompt_tokens=56,
+        completion_tokens=78,
+        interrupted="timeout",
+    )
+    message = {"role": "assistant", "content": "c\x00", "b": 1, "a": 2}
+    capture = {"z": [1, 2], "a": {"y": "\x00", "b": None}}
+    await attempts.save_step(sessions, redis, task_id, done, capture=capture, message=message)
+    async with sessions() as session:
+        stored = await session.scalar(
+            select(models.Step)
+            .where(models.Step.task_id == task_id)
+            .options(undefer(models.Step.capture_json), undefer(models.Step.message))
+        )
+        completed = await session.scalar(
+            select(models.Event.data).where(
+                models.Event.task_id == task_id, models.Event.type == "step.completed"
+            )
+        )
+    assert stored is not None
+    assert (stored.attempt, stored.index, stored.thought, stored.reasoning) == (
+        1,
+        0,
+        "think\ufffding",
+        "why",
+    )
+    assert stored.action == {"tool": "execute_bash", "arguments": {"command": "printf 'a\\0b'"}}
+    assert (stored.observation, stored.exit_code, stored.interrupted) == ("a\ufffdb", 3, "timeout")
+    assert stored.started_at == started
+    assert (stored.llm_ms, stored.tool_ms, stored.prompt_tokens, stored.completion_tokens) == (
+        12,
+        34,
+        56,
+        78,
+    )
+    assert list(stored.message or {}) == ["role", "content", "b", "a"]
+    assert stored.message == {"role": "assistant", "content": "c\ufffd", "b": 1, "a": 2}
+    assert stored.capture_json == {"z": [1, 2], "a": {"y": "\ufffd", "b": None}}
+    assert list((stored.capture_json or {})["a"]) == ["y", "b"]
+    assert completed is not None
+    assert completed["observation"] == "a\ufffdb"
+    assert completed["action"]["tool"] == "execute_bash"
+    assert completed["started_at"] == done.model_dump(mode="json")["started_at"]
 
 
 async def age_attempt(sessions: Sessions, task_id: str, attempt: int, ago: timedelta) -> None:
