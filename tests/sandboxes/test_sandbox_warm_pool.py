@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import time
@@ -52,7 +53,7 @@ async def ready_in_log(log: Path, count: int) -> None:
 
     async def logged() -> bool:
         text = await asyncio.to_thread(log.read_text, errors="replace")
-        return text.count("warm sandbox") >= count
+        return len(re.findall(r"warm sandbox \S+ ready \(", text)) >= count
 
     await until(logged, f"{count} warm sandboxes ready")
 

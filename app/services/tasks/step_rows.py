@@ -1,8 +1,9 @@
 """A finished step stored as one SQL statement: the hot path's only write to Postgres.
 
 A step's store used to be a transaction of three statements (the fenced `last_seq` bump,
-the events, the step row), six round trips with BEGIN, COMMIT and the pool's ping, and most
-of the worker's CPU per step went to SQLAlchemy compiling and running them
+the events, the step row), eight round trips with the pool's ping (itself BEGIN, `;` and
+ROLLBACK), BEGIN and COMMIT, and most of the worker's CPU per step went to SQLAlchemy
+compiling and running them
 (docs/performance.md, "Where a step's worker CPU goes"). Here the three are data-modifying
 CTEs of one statement, sent as written (`exec_driver_sql`: nothing compiled) on a
 connection in autocommit: one statement is its own transaction, so it is as atomic as the
@@ -59,7 +60,11 @@ async def store_step(
     message: Mapping[str, Any] | None,
 ) -> int | None:
     """Store `step` (a StepOut dumped as JSON, made storable) and `events` after it;
-    the task's new `last_seq`, or None when `attempt` no longer runs the task."""
+    the task's new `last_seq`, or None when `attempt` no longer runs the task.
+
+    A missing action, capture or message is stored as JSON `null`, as the ORM's JSON
+    columns (`none_as_null=False`) always stored it, not as SQL NULL.
+    """
     items = [{"type": type_, "data": data} for type_, data in events]
     action = step["action"]
     params = (
@@ -71,7 +76,7 @@ async def store_step(
         step["index"],
         step["thought"],
         step["reasoning"],
-        None if action is None else json.dumps(action),
+        json.dumps(action),
         step["observation"],
         step["exit_code"],
         started_at,
@@ -80,8 +85,8 @@ async def store_step(
         step["prompt_tokens"],
         step["completion_tokens"],
         step["interrupted"],
-        None if capture is None else json.dumps(capture),
-        None if message is None else json.dumps(message),
+        json.dumps(capture),
+        json.dumps(message),
     )
     async with autocommit(sessions).connect() as conn:
         last = (await conn.exec_driver_sql(STORE_STEP, params)).scalar()

@@ -6,14 +6,17 @@ from datetime import timedelta
 
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import undefer
 
+from app.bus import live
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, create_engine, create_sessions
 from app.ids import utc_now
 from app.resources import Resources
-from app.schemas.tasks import ActionOut, StepOut, UsageOut
+from app.schemas.tasks import ActionOut, EventOut, StepOut, UsageOut
+from app.services.events import event_out
 from app.services.tasks import attempts
 from app.services.tasks.attempts import StaleAttempt, StartedAttempt
 from app.services.tasks.lifecycle import TaskEnd
@@ -250,6 +253,69 @@ async def test_a_stored_step_keeps_every_field(sessions: Sessions, redis: Redis)
     assert completed["observation"] == "a\ufffdb"
     assert completed["action"]["tool"] == "execute_bash"
     assert completed["started_at"] == done.model_dump(mode="json")["started_at"]
+    async with sessions() as session:
+        rows = await session.scalars(
+            select(models.Event).where(models.Event.task_id == task_id).order_by(models.Event.seq)
+        )
+        stored_events = [event_out(row) for row in rows]
+    published = [
+        EventOut.model_validate_json(payload)
+        for _, payload in await live.read_after(redis, task_id, "0-0", block_ms=0)
+    ]
+    assert published == stored_events  # seq, type, ts and data: what was committed
+    assert [e.type for e in published] == ["task.started", "step.completed"]
+
+
+async def test_missing_json_is_json_null_and_odd_numbers_are_stored(
+    clean_db: str, redis: Redis
+) -> None:
+    """As the ORM's JSON columns stored them: no action, capture or message is JSON `null`
+    (not SQL NULL); a NaN in a tool's arguments (Python's json.loads takes one) is `null`,
+    as in the event. A pool of one shows the autocommit connection handed back in its
+    usual isolation, so a later transaction is one."""
+    engine = create_engine(clean_db, pool_size=1)
+    sessions = create_sessions(engine)
+    try:
+        task_id = await insert_task(sessions)
+        assert await start(sessions, redis, task_id) is not None
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), 1)
+        nan = step(attempt=1, index=1).model_copy(
+            update={"action": ActionOut(tool="execute_bash", arguments={"x": float("nan")})}
+        )
+        await attempts.save_step(sessions, redis, task_id, nan)
+        async with sessions() as session:
+            found = await session.execute(
+                text(
+                    "SELECT index, action IS NULL, jsonb_typeof(action), message IS NULL,"
+                    " json_typeof(message), capture_json IS NULL, action->'arguments'"
+                    " FROM steps WHERE task_id = :id ORDER BY index"
+                ),
+                {"id": task_id},
+            )
+            rows = [tuple(row) for row in found]
+            conn = await session.connection()
+            assert await conn.get_isolation_level() == "READ COMMITTED"
+    finally:
+        await engine.dispose()
+    assert rows == [
+        (0, False, "null", False, "null", False, None),
+        (1, False, "object", False, "null", False, {"x": None}),
+    ]
+
+
+async def test_a_step_stored_twice_is_refused_whole(sessions: Sessions, redis: Redis) -> None:
+    task_id = await insert_task(sessions)
+    assert await start(sessions, redis, task_id) is not None
+    await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), 1)
+    before = (await row(sessions, task_id)).last_seq
+    with pytest.raises(IntegrityError):
+        await attempts.save_step(sessions, redis, task_id, step(attempt=1, index=0), 1)
+    assert (await row(sessions, task_id)).last_seq == before  # no seq taken, no event
+    assert await event_types(sessions, task_id) == [
+        "task.started",
+        "step.completed",
+        "step.started",
+    ]
 
 
 async def age_attempt(sessions: Sessions, task_id: str, attempt: int, ago: timedelta) -> None:
