@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import weakref
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_only
 
 Sessions = async_sessionmaker[AsyncSession]
 """The session factory every use case receives."""
@@ -24,10 +28,30 @@ POOL_SIZE = 5
 def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
     """`pool_size` connections are kept; up to 10 more are opened when busy, and closed as
     soon as they are returned: a pool smaller than what runs at once costs a connect (and
-    a Postgres backend's fork) per transaction."""
-    return create_async_engine(
-        database_url, pool_pre_ping=True, pool_size=pool_size, max_overflow=10
-    )
+    a Postgres backend's fork) per transaction. Every connection lent is pinged first
+    (`_ping`), so one that died while pooled (Postgres restarted) is replaced, not failed."""
+    engine = create_async_engine(database_url, pool_size=pool_size, max_overflow=10)
+    event.listen(engine.sync_engine, "checkout", _ping)
+    return engine
+
+
+def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
+    """The pool's check of a connection before it lends it: `SELECT 1`, one round trip.
+
+    It stands in for SQLAlchemy's `pool_pre_ping`, which with asyncpg is three round trips
+    (BEGIN, the ping, ROLLBACK) on every checkout: the transaction is there so that an
+    asyncpg ping sent as a prepared statement works behind PgBouncer's transaction pooling
+    (sqlalchemy#10226). An `execute` without arguments uses the simple query protocol,
+    never a prepared statement, so it needs none. (Not the empty query `pool_pre_ping`
+    sends: asyncpg 0.32's simple protocol fails on its empty answer.) On failure the pool
+    drops every connection older than now and lends a new one, as `pool_pre_ping` does.
+    """
+    driver = entry.driver_connection
+    assert driver is not None, "the pool lends only connections it holds"
+    try:
+        await_only(driver.execute("SELECT 1"))
+    except Exception as exc:
+        raise InvalidatePoolError(f"a pooled connection failed its ping: {exc!r}") from exc
 
 
 def create_sessions(engine: AsyncEngine) -> Sessions:

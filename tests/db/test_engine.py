@@ -1,0 +1,69 @@
+"""The engine's pool on real Postgres: a connection that died while pooled is replaced
+before it is lent (`app.db.engine._ping`), and the ping is one round trip, not three."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+from sqlalchemy import event, text
+
+from app.db import engine as engine_module
+from app.db.engine import create_engine, create_sessions
+
+
+def plain_url(database_url: str) -> str:
+    return database_url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: str) -> None:
+    engine = create_engine(clean_db, pool_size=1)
+    sessions = create_sessions(engine)
+    try:
+        async with sessions() as session:
+            pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+        killer = await asyncpg.connect(plain_url(clean_db))
+        try:  # as a Postgres restart or an idle timeout would, while the pool holds it
+            assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await killer.close()
+        async with sessions() as session:
+            now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+        assert now != pid  # a new connection, and no error for the caller
+    finally:
+        await engine.dispose()
+
+
+async def test_the_ping_is_one_query_outside_a_transaction(clean_db: str) -> None:
+    """What reaches Postgres for one checkout: the ping alone, no BEGIN/ROLLBACK around it."""
+    engine = create_engine(clean_db, pool_size=1)
+    sessions = create_sessions(engine)
+    sent: list[str] = []
+
+    def log(record: Any) -> None:
+        sent.append(record.query)
+
+    try:
+        async with sessions() as session:
+            await session.execute(text("SELECT 1"))  # the pool now holds one connection
+            raw = await (await session.connection()).get_raw_connection()
+            driver = raw.driver_connection
+            assert driver is not None
+            driver.add_query_logger(log)
+        await asyncio.sleep(0.1)
+        sent.clear()  # the first session's end
+        async with sessions() as session:
+            await session.execute(text("SELECT 2"))
+        await asyncio.sleep(0.1)  # asyncpg calls its query loggers from the event loop
+        # The ping on its own; `pool_pre_ping` would have sent BEGIN, ";", ROLLBACK first.
+        assert sent[:2] == ["SELECT 1", "BEGIN;"], sent
+    finally:
+        await engine.dispose()
+
+
+def test_the_pool_has_no_pre_ping_of_its_own() -> None:
+    """`pool_pre_ping` on top of `_ping` would add its three round trips back."""
+    engine = create_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+    assert not engine.sync_engine.pool._pre_ping
+    assert event.contains(engine.sync_engine, "checkout", engine_module._ping)
