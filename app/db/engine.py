@@ -6,6 +6,7 @@ import weakref
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event, func, select
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import (
@@ -23,6 +24,16 @@ Sessions = async_sessionmaker[AsyncSession]
 
 POOL_SIZE = 5
 """SQLAlchemy's default: connections kept open between uses."""
+DRIVER_FAILURES = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a backend killed while pooled, as the ping meets it
+)
+"""What a ping on a dead connection raises; anything else is a bug, not an outage."""
+FRESH = "sandhive.fresh"
+"""A pool entry's `info` key: opened, not lent yet (`info` is cleared when it is replaced)."""
 
 
 def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
@@ -31,8 +42,14 @@ def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngi
     a Postgres backend's fork) per transaction. Every connection lent is pinged first
     (`_ping`), so one that died while pooled (Postgres restarted) is replaced, not failed."""
     engine = create_async_engine(database_url, pool_size=pool_size, max_overflow=10)
+    event.listen(engine.sync_engine, "connect", _fresh)
     event.listen(engine.sync_engine, "checkout", _ping)
     return engine
+
+
+def _fresh(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
+    """A connection just opened: its first checkout needs no ping (`_ping`)."""
+    entry.info[FRESH] = True
 
 
 def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
@@ -45,12 +62,18 @@ def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> No
     never a prepared statement, so it needs none. (Not the empty query `pool_pre_ping`
     sends: asyncpg 0.32's simple protocol fails on its empty answer.) On failure the pool
     drops every connection older than now and lends a new one, as `pool_pre_ping` does.
+    A connection opened for this checkout is not pinged, as `pool_pre_ping` does not ping
+    one: if it fails, the caller's own statement fails with the driver's error, which
+    `app.kit.outage` knows for an outage (a failed ping there would end, after the pool's
+    second try, in an `InvalidRequestError` that is not).
     """
+    if entry.info.pop(FRESH, False):
+        return
     driver = entry.driver_connection
     assert driver is not None, "the pool lends only connections it holds"
     try:
         await_only(driver.execute("SELECT 1"))
-    except Exception as exc:
+    except DRIVER_FAILURES as exc:
         raise InvalidatePoolError(f"a pooled connection failed its ping: {exc!r}") from exc
 
 

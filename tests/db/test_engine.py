@@ -7,10 +7,13 @@ import asyncio
 from typing import Any
 
 import asyncpg
+import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 from app.db import engine as engine_module
 from app.db.engine import create_engine, create_sessions
+from app.kit.outage import backend_down
 
 
 def plain_url(database_url: str) -> str:
@@ -31,6 +34,25 @@ async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: 
         async with sessions() as session:
             now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
         assert now != pid  # a new connection, and no error for the caller
+    finally:
+        await engine.dispose()
+
+
+async def test_a_new_connection_that_fails_at_once_is_an_outage_to_its_caller(
+    clean_db: str,
+) -> None:
+    """A connection opened for the checkout is not pinged (as `pool_pre_ping` pings none):
+    when it dies at once (PgBouncer accepting a login for a server that is gone), the
+    caller's statement fails with the driver's error, which the API answers as 503
+    `database_unavailable`, not a ping's `InvalidRequestError` that it would answer 500."""
+    engine = create_engine(clean_db, pool_size=1)
+    event.listen(engine.sync_engine, "connect", lambda conn, _: conn.driver_connection.terminate())
+    sessions = create_sessions(engine)
+    try:
+        with pytest.raises(DBAPIError) as failed:
+            async with sessions() as session:
+                await session.execute(text("SELECT 1"))
+        assert backend_down(failed.value) == "postgres", repr(failed.value)
     finally:
         await engine.dispose()
 
