@@ -1,13 +1,13 @@
 """A finished step stored as one SQL statement: the hot path's only write to Postgres.
 
 A step's store used to be a transaction of three statements (the fenced `last_seq` bump,
-the events, the step row), eight round trips with the pool's ping (itself BEGIN, `;` and
-ROLLBACK), BEGIN and COMMIT, and most of the worker's CPU per step went to SQLAlchemy
-compiling and running them
-(docs/performance.md, "Where a step's worker CPU goes"). Here the three are data-modifying
-CTEs of one statement, sent as written (`exec_driver_sql`: nothing compiled) on a
-connection in autocommit: one statement is its own transaction, so it is as atomic as the
-three were, and Postgres runs every CTE once whether or not the final SELECT reads it.
+the events, the step row): eight round trips with the pool's ping of then (itself BEGIN,
+`;` and ROLLBACK), BEGIN and COMMIT, and most of the worker's CPU per step went to
+SQLAlchemy compiling and running them (docs/performance.md, "A step's store as one
+statement"). Here the three are data-modifying CTEs of one statement, sent as written
+(`exec_driver_sql`: nothing compiled) on a connection in autocommit: one statement is its
+own transaction, so it is as atomic as the three were, and Postgres runs every CTE once
+whether or not the final SELECT reads it.
 
 The fence is the bump's WHERE: when this attempt no longer owns the task, the bump
 updates no row, so the inserts (which select FROM the bump) insert none, and no `seq` is
