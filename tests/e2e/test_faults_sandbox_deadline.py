@@ -8,13 +8,11 @@ its workdir volume.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
@@ -27,18 +25,11 @@ from tests.e2e.fault_harness import (
     wait_terminal,
     wait_until,
 )
+from tests.support.docker_objects import docker_inspect
 from tests.support.private_redis import PrivateRedis
 
 TIMEOUT_S, COLLECT_GRACE_S, DEADLINE_GRACE_S = 8, 1.0, 2.0
 DEADLINE_S = TIMEOUT_S + COLLECT_GRACE_S + DEADLINE_GRACE_S
-
-
-def docker_inspect(kind: str, name: str) -> dict[str, Any] | None:
-    out = subprocess.run(
-        ["docker", kind, "inspect", name], capture_output=True, text=True, check=False
-    )
-    found: dict[str, Any] | None = json.loads(out.stdout)[0] if out.returncode == 0 else None
-    return found
 
 
 def test_a_dead_workers_sandbox_and_volume_go_at_their_deadline(

@@ -4,9 +4,7 @@ and its workdir volume by itself, whatever became of the worker that made it."""
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import subprocess
 import time
 from dataclasses import replace
 
@@ -21,14 +19,7 @@ from app.sandbox.policy import container_config
 from app.sandbox.pool import WarmPool
 from app.schemas.tasks import TaskCreate
 from tests.sandbox.conftest import MakeSandbox
-
-
-def docker_inspect(kind: str, name: str) -> dict | None:
-    """`docker <kind> inspect`, or None once it is gone."""
-    out = subprocess.run(
-        ["docker", kind, "inspect", name], capture_output=True, text=True, check=False
-    )
-    return json.loads(out.stdout)[0] if out.returncode == 0 else None
+from tests.support.docker_objects import docker_inspect
 
 
 def test_the_main_command_is_a_sleep_as_long_as_the_deadline() -> None:
