@@ -83,6 +83,7 @@ def create_sessions(engine: AsyncEngine) -> Sessions:
 
 
 _AUTOCOMMIT: weakref.WeakKeyDictionary[Sessions, AsyncEngine] = weakref.WeakKeyDictionary()
+_ONE_STATEMENT: weakref.WeakKeyDictionary[Sessions, Sessions] = weakref.WeakKeyDictionary()
 
 
 def autocommit(sessions: Sessions) -> AsyncEngine:
@@ -95,6 +96,19 @@ def autocommit(sessions: Sessions) -> AsyncEngine:
         assert isinstance(bound, AsyncEngine), "sessions are bound to one engine"
         engine = _AUTOCOMMIT[sessions] = bound.execution_options(isolation_level="AUTOCOMMIT")
     return engine
+
+
+def one_statement(sessions: Sessions) -> Sessions:
+    """Sessions like `sessions` whose every statement is its own transaction: for a use that
+    sends one statement (a read, an update), without the `BEGIN` before it and the
+    `COMMIT` or `ROLLBACK` after it, two of its three round trips. Never for two statements
+    that must see the same snapshot or commit together."""
+    made = _ONE_STATEMENT.get(sessions)
+    if made is None:
+        made = _ONE_STATEMENT[sessions] = async_sessionmaker(
+            autocommit(sessions), expire_on_commit=False
+        )
+    return made
 
 
 async def db_now(session: AsyncSession) -> datetime:

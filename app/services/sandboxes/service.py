@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import defaults
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, one_statement
 from app.domain.image_catalogue import Image
 from app.domain.resolve import resolve_sandbox
 from app.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -157,7 +157,7 @@ def wanted(row: models.SandboxRow) -> Wanted:
 
 async def find(sessions: Sessions, tenant: str, sandbox_id: str) -> models.SandboxRow:
     """The tenant's sandbox; 404 for an unknown one and for another tenant's alike."""
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         row = await session.get(models.SandboxRow, sandbox_id)
     if row is None or row.tenant_id != tenant:
         raise NotFound(f"sandbox {sandbox_id} not found")
@@ -165,7 +165,7 @@ async def find(sessions: Sessions, tenant: str, sandbox_id: str) -> models.Sandb
 
 
 async def get(sessions: Sessions, sandbox_id: str) -> models.SandboxRow | None:
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         return await session.get(models.SandboxRow, sandbox_id)
 
 
@@ -239,7 +239,7 @@ async def end(sessions: Sessions, sandbox_id: str, reason: str, error: str | Non
 
 async def states(sessions: Sessions, ids: list[str]) -> dict[str, tuple[str, datetime]]:
     """Each sandbox's status and deadline (its worker's upkeep reads them every second)."""
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         found = await session.execute(
             select(
                 models.SandboxRow.id, models.SandboxRow.status, models.SandboxRow.expires_at
@@ -315,7 +315,7 @@ def ended_conflict(row: models.SandboxRow) -> Conflict:
 
 async def active_on(sessions: Sessions, worker: str) -> list[str]:
     """The active sandboxes the rows say `worker` holds."""
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         found = await session.scalars(
             select(models.SandboxRow.id).where(
                 models.SandboxRow.worker == worker, models.SandboxRow.status.in_(ACTIVE)
@@ -325,7 +325,7 @@ async def active_on(sessions: Sessions, worker: str) -> list[str]:
 
 
 async def active_by_worker(sessions: Sessions) -> dict[str, list[str]]:
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         rows = await session.execute(
             select(models.SandboxRow.worker, models.SandboxRow.id).where(
                 models.SandboxRow.status == "running", models.SandboxRow.worker.is_not(None)
@@ -339,7 +339,7 @@ async def active_by_worker(sessions: Sessions) -> dict[str, list[str]]:
 
 async def starting_before(sessions: Sessions, before: datetime) -> list[str]:
     """`starting` sandboxes created before `before`: nobody will start them any more."""
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         found = await session.scalars(
             select(models.SandboxRow.id).where(
                 models.SandboxRow.status == "starting", models.SandboxRow.created_at < before
@@ -350,7 +350,7 @@ async def starting_before(sessions: Sessions, before: datetime) -> list[str]:
 
 async def load_per_worker(sessions: Sessions) -> dict[str, int]:
     """How many active sandboxes each worker holds (to place a new one on the least busy)."""
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:
         rows = await session.execute(
             select(models.SandboxRow.worker, func.count())
             .where(models.SandboxRow.status.in_(ACTIVE), models.SandboxRow.worker.is_not(None))
@@ -367,31 +367,34 @@ async def log_sent(
     key_id: str | None,
     logged: dict[str, Any],
 ) -> None:
-    """Append a command to the sandbox's log (and count it) as it is sent."""
-    async with sessions.begin() as session:
-        seq = await session.scalar(
-            update(models.SandboxRow)
-            .where(models.SandboxRow.id == sandbox_id)
-            .values(commands=models.SandboxRow.commands + 1)
-            .returning(models.SandboxRow.commands)
-        )
-        session.add(
-            models.SandboxCommandRow(
-                id=command_id,
-                sandbox_id=sandbox_id,
-                seq=int(seq or 0),
-                key_id=key_id,
-                argv=logged["argv"],
-                command=logged["command"],
-                user=logged["user"],
-                cwd=logged["cwd"],
-                truncated=logged["truncated"],
-                exit_code=None,
-                timed_out=False,
-                duration_ms=None,
-                started_at=utc_now(),
-            )
-        )
+    """Append a command to the sandbox's log (and count it) as it is sent: one statement,
+    the count's update and the entry's insert together (its `seq` is the new count)."""
+    counted = (
+        update(models.SandboxRow)
+        .where(models.SandboxRow.id == sandbox_id)
+        .values(commands=models.SandboxRow.commands + 1)
+        .returning(models.SandboxRow.commands)
+        .cte("counted")
+    )
+    values = {
+        "id": command_id,
+        "sandbox_id": sandbox_id,
+        "key_id": key_id,
+        "argv": logged["argv"],
+        "command": logged["command"],
+        "user": logged["user"],
+        "cwd": logged["cwd"],
+        "truncated": logged["truncated"],
+        "timed_out": False,
+        "started_at": utc_now(),
+    }
+    columns = models.SandboxCommandRow.__table__.c
+    entry = select(
+        *(literal(value, columns[name].type) for name, value in values.items()), counted.c.commands
+    )
+    async with one_statement(sessions)() as session:
+        await session.execute(insert(models.SandboxCommandRow).from_select([*values, "seq"], entry))
+        await session.commit()
 
 
 async def log_ended(
@@ -403,12 +406,13 @@ async def log_ended(
     duration_ms: int,
 ) -> None:
     """The command's outcome, in its log entry."""
-    async with sessions.begin() as session:
+    async with one_statement(sessions)() as session:
         await session.execute(
             update(models.SandboxCommandRow)
             .where(models.SandboxCommandRow.id == command_id)
             .values(exit_code=exit_code, timed_out=timed_out, duration_ms=duration_ms)
         )
+        await session.commit()
 
 
 async def commands(

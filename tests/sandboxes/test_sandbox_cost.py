@@ -1,0 +1,49 @@
+"""What a sandbox's create and a command through the sandbox API cost the API in Postgres
+round trips, counted (docs/performance.md): the sandbox API answers bursts, and each round
+trip is CPU in the API and in Postgres. Counts, not times: these machines are noisy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.sandboxes.conftest import create, run
+from tests.support.postgres_trips import PostgresTrips, counting_postgres_trips
+from tests.support.zygote import AppProcess
+
+CREATE_TRIPS = 8
+"""The placement's read of each worker's load (a ping and the read: no transaction around
+one statement), the admitted insert (a ping, `BEGIN`, the tenant's lock, the count, the
+insert, `COMMIT`); 10 before the read went without its transaction (2026-12-05)."""
+COMMAND_TRIPS = 6
+"""The row's read, the log entry as sent (the count and the insert as one statement), its
+outcome: each a ping and one statement; 13 before (2026-12-05)."""
+
+
+@pytest.fixture
+def trips() -> Iterator[PostgresTrips]:
+    """Declared before `api`, so the API's connections are opened while counting."""
+    with counting_postgres_trips() as counted:
+        yield counted
+
+
+async def test_a_create_and_a_command_cost_the_api_a_few_round_trips(
+    trips: PostgresTrips, api: httpx.AsyncClient, worker: AppProcess
+) -> None:
+    made = await create(api)  # the first: connections opened, statements prepared
+    await run(api, made["id"], command="true")
+    trips.taken()
+
+    again = await create(api)
+    created = trips.taken()
+    done = await run(api, again["id"], command="echo hi")
+    ran = trips.taken()
+
+    assert done["stdout"] == "hi\n", done
+    print("create:", *created, "command:", *ran, sep="\n  ")
+    assert any(sent.startswith("INSERT INTO sandboxes") for sent in created), created
+    assert len(created) <= CREATE_TRIPS, created
+    assert any("INSERT INTO sandbox_commands" in sent for sent in ran), ran
+    assert len(ran) <= COMMAND_TRIPS, ran
