@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from datetime import datetime
 from typing import Any
@@ -34,15 +35,23 @@ DRIVER_FAILURES = (
 """What a ping on a dead connection raises; anything else is a bug, not an outage."""
 FRESH = "sandhive.fresh"
 """A pool entry's `info` key: opened, not lent yet (`info` is cleared when it is replaced)."""
+RETURNED = "sandhive.returned"
+"""A pool entry's `info` key: when it was last given back (`time.monotonic()`)."""
+PING_BYPASS_S = 0.5
+"""A connection given back this recently is lent without a ping (`_ping`): HikariCP's
+`aliveBypassWindowMs`, of the same length. On a busy path (a task's steps, a burst of
+requests) most checkouts are, and the ping was one of every transaction's round trips."""
 
 
 def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
     """`pool_size` connections are kept; up to 10 more are opened when busy, and closed as
     soon as they are returned: a pool smaller than what runs at once costs a connect (and
-    a Postgres backend's fork) per transaction. Every connection lent is pinged first
-    (`_ping`), so one that died while pooled (Postgres restarted) is replaced, not failed."""
+    a Postgres backend's fork) per transaction. A connection lent after it idled in the pool
+    is pinged first (`_ping`), so one that died there (Postgres restarted) is replaced, not
+    failed."""
     engine = create_async_engine(database_url, pool_size=pool_size, max_overflow=10)
     event.listen(engine.sync_engine, "connect", _fresh)
+    event.listen(engine.sync_engine, "checkin", _returned)
     event.listen(engine.sync_engine, "checkout", _ping)
     return engine
 
@@ -50,6 +59,11 @@ def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngi
 def _fresh(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
     """A connection just opened: its first checkout needs no ping (`_ping`)."""
     entry.info[FRESH] = True
+
+
+def _returned(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
+    """A connection given back: lent again within `PING_BYPASS_S`, it needs no ping."""
+    entry.info[RETURNED] = time.monotonic()
 
 
 def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
@@ -65,9 +79,16 @@ def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> No
     A connection opened for this checkout is not pinged, as `pool_pre_ping` does not ping
     one: if it fails, the caller's own statement fails with the driver's error, which
     `app.kit.outage` knows for an outage (a failed ping there would end, after the pool's
-    second try, in an `InvalidRequestError` that is not).
+    second try, in an `InvalidRequestError` that is not). Nor is one given back less than
+    `PING_BYPASS_S` ago: it worked a moment ago, and if it died since, the caller's own
+    statement fails as on a fresh one. For that to hit, Postgres must go down and be back
+    within that half second, and the caller then meets one error (a task's attempt ends
+    `infrastructure` and runs again), not a wrong answer.
     """
     if entry.info.pop(FRESH, False):
+        return
+    returned = entry.info.get(RETURNED)
+    if returned is not None and time.monotonic() - returned < PING_BYPASS_S:
         return
     driver = entry.driver_connection
     assert driver is not None, "the pool lends only connections it holds"

@@ -1,5 +1,6 @@
 """The engine's pool on real Postgres: a connection that died while pooled is replaced
-before it is lent (`app.db.engine._ping`), and the ping is one round trip, not three."""
+before it is lent (`app.db.engine._ping`), the ping is one round trip, not three, and a
+connection given back a moment ago is lent without one."""
 
 from __future__ import annotations
 
@@ -26,16 +27,45 @@ async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: 
     try:
         async with sessions() as session:
             pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
-        killer = await asyncpg.connect(plain_url(clean_db))
-        try:  # as a Postgres restart or an idle timeout would, while the pool holds it
-            assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
-        finally:
-            await killer.close()
+        await terminate(clean_db, pid)
+        await asyncio.sleep(engine_module.PING_BYPASS_S)  # idle in the pool since
         async with sessions() as session:
             now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
         assert now != pid  # a new connection, and no error for the caller
     finally:
         await engine.dispose()
+
+
+async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
+    clean_db: str,
+) -> None:
+    """Within `PING_BYPASS_S` of its return a connection is lent unpinged: if it died
+    meanwhile, its caller gets the driver's error, an outage (503 in the API), and the
+    next caller a new connection."""
+    engine = create_engine(clean_db, pool_size=1)
+    sessions = create_sessions(engine)
+    try:
+        async with sessions() as session:
+            pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+        await terminate(clean_db, pid)
+        with pytest.raises(DBAPIError) as failed:
+            async with sessions() as session:
+                await session.execute(text("SELECT 1"))
+        assert backend_down(failed.value) == "postgres", repr(failed.value)
+        async with sessions() as session:
+            now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+        assert now not in (None, pid)
+    finally:
+        await engine.dispose()
+
+
+async def terminate(database_url: str, pid: object) -> None:
+    """End a backend, as a Postgres restart or an idle timeout would."""
+    killer = await asyncpg.connect(plain_url(database_url))
+    try:
+        assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await killer.close()
 
 
 async def test_a_new_connection_that_fails_at_once_is_an_outage_to_its_caller(
@@ -57,8 +87,11 @@ async def test_a_new_connection_that_fails_at_once_is_an_outage_to_its_caller(
         await engine.dispose()
 
 
-async def test_the_ping_is_one_query_outside_a_transaction(clean_db: str) -> None:
-    """What reaches Postgres for one checkout: the ping alone, no BEGIN/ROLLBACK around it."""
+async def test_the_ping_is_one_query_outside_a_transaction_and_only_after_idling(
+    clean_db: str,
+) -> None:
+    """What reaches Postgres for one checkout: the ping alone, no BEGIN/ROLLBACK around it;
+    and none at all when the connection was given back less than `PING_BYPASS_S` ago."""
     engine = create_engine(clean_db, pool_size=1)
     sessions = create_sessions(engine)
     sent: list[str] = []
@@ -73,13 +106,17 @@ async def test_the_ping_is_one_query_outside_a_transaction(clean_db: str) -> Non
             driver = raw.driver_connection
             assert driver is not None
             driver.add_query_logger(log)
-        await asyncio.sleep(0.1)
-        sent.clear()  # the first session's end
         async with sessions() as session:
-            await session.execute(text("SELECT 2"))
+            await session.execute(text("SELECT 2"))  # lent again at once: no ping
         await asyncio.sleep(0.1)  # asyncpg calls its query loggers from the event loop
+        assert sent == ["ROLLBACK;", "BEGIN;", "ROLLBACK;"], sent
+        sent.clear()
+        await asyncio.sleep(engine_module.PING_BYPASS_S)
+        async with sessions() as session:
+            await session.execute(text("SELECT 3"))
+        await asyncio.sleep(0.1)
         # The ping on its own; `pool_pre_ping` would have sent BEGIN, ";", ROLLBACK first.
-        assert sent[:2] == ["SELECT 1", "BEGIN;"], sent
+        assert sent == ["SELECT 1", "BEGIN;", "ROLLBACK;"], sent
     finally:
         await engine.dispose()
 
