@@ -169,10 +169,11 @@ async def alive(redis: Redis, workers: Collection[str]) -> set[str]:
 
 async def live_images(redis: Redis) -> set[str]:
     """The catalogue images some live worker's heartbeat lists (its daemon has them)."""
+    found_keys = [key async for key in redis.scan_iter(match=keys.worker_heartbeat("*"), count=500)]
+    beats = list(dict.fromkeys(found_keys))  # SCAN may return a key twice
     found: set[str] = set()
-    async for key in redis.scan_iter(match=keys.worker_heartbeat("*"), count=500):
-        value = await redis.get(key)
-        if value is not None:
+    for value in await redis.mget(beats) if beats else []:
+        if value is not None:  # expired since the SCAN
             found.update(str(name) for name in json.loads(value).get("images", []))
     return found
 

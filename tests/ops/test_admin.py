@@ -22,6 +22,7 @@ from app.db.engine import Sessions
 from app.errors import Conflict
 from app.ids import utc_now
 from app.services.admin import service as admin
+from tests.support.private_redis_fixtures import private_redis_url  # noqa: F401 (a fixture)
 from tests.support.processes import settings_env
 from tests.support.rows import insert_artifact, insert_task
 
@@ -43,6 +44,36 @@ async def test_workers_lists_heartbeats_with_slots_and_drain(redis: Redis) -> No
     ]
     await leases.forget(redis, "w-a")
     assert [w.name for w in await admin.list_workers(redis)] == ["w-b"]
+
+
+async def test_workers_are_read_in_a_few_commands_however_many_there_are(
+    private_redis_url: str,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """A sandbox's and an episode's placement list the workers on every create: their
+    heartbeats and drain flags in one round trip, not two commands per worker. Counted on
+    a Redis server of this test's own (`INFO commandstats`), so nothing else adds to it."""
+    private = Redis.from_url(private_redis_url)
+    try:
+        await private.flushdb()
+        for n in range(20):
+            info = {"host": "h1", "pid": n, "tasks": 0, "slots": 1, "images": [f"img-{n}"]}
+            await leases.beat(private, f"w-{n:02}", 10_000, info)
+        await admin.drain(private, "w-07")
+        before = await commands_run(private)
+        found = await admin.list_workers(private)
+        images = await leases.live_images(private)
+        ran = await commands_run(private) - before - 1  # less the first INFO
+    finally:
+        await private.aclose()
+    assert [w.name for w in found] == [f"w-{n:02}" for n in range(20)]
+    assert [w.name for w in found if w.draining] == ["w-07"]
+    assert images == {f"img-{n}" for n in range(20)}
+    assert ran <= 5, f"{ran} commands for 20 workers (two SCANs, three MGETs)"
+
+
+async def commands_run(client: Redis) -> int:
+    stats = await client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 def test_workers_command_prints_them(settings: Settings, redis: Redis) -> None:

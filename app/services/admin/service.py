@@ -90,17 +90,27 @@ async def stream_length(redis: Redis) -> int:
 
 
 async def list_workers(redis: Redis) -> list[WorkerInfo]:
-    """Every worker whose heartbeat is alive, by name."""
+    """Every worker whose heartbeat is alive, by name: a `SCAN` for their heartbeats, then
+    all of them and their drain flags in one round trip (a sandbox's or an episode's
+    placement reads this on every create)."""
     prefix = keys.worker_heartbeat("")
+    found_keys = [
+        raw.decode() if isinstance(raw, bytes) else str(raw)
+        async for raw in redis.scan_iter(match=f"{prefix}*", count=500)
+    ]
+    # SCAN may return a key twice.
+    names = [name for name in dict.fromkeys(key[len(prefix) :] for key in found_keys) if name]
+    if not names:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.mget([keys.worker_heartbeat(name) for name in names])
+        pipe.mget([keys.drain_flag(name) for name in names])
+        beats, drains = await pipe.execute()
     found: list[WorkerInfo] = []
-    async for raw in redis.scan_iter(match=f"{prefix}*", count=500):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        name = key[len(prefix) :]
-        value = await redis.get(key)
-        if not name or value is None:
+    for name, value, drain_flag in zip(names, beats, drains, strict=True):
+        if value is None:  # expired since the SCAN
             continue
         info = json.loads(value)
-        draining = bool(await redis.exists(keys.drain_flag(name)))
         found.append(
             WorkerInfo(
                 name=name,
@@ -108,7 +118,7 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
                 pid=int(info.get("pid", 0)),
                 slots=int(info.get("slots", 0)),
                 busy=int(info.get("tasks", 0)),
-                draining=draining,
+                draining=drain_flag is not None,
                 images=tuple(str(name) for name in info.get("images", [])),
                 sandbox_slots=_int_or_none(info.get("sandbox_slots")),
             )
