@@ -120,10 +120,12 @@ def autocommit(sessions: Sessions) -> AsyncEngine:
 
 
 def one_statement(sessions: Sessions) -> Sessions:
-    """Sessions like `sessions` whose every statement is its own transaction: for a use that
-    sends one statement (a read, an update), without the `BEGIN` before it and the
-    `COMMIT` or `ROLLBACK` after it, two of its three round trips. Never for two statements
-    that must see the same snapshot or commit together."""
+    """Sessions like `sessions` whose every statement is its own transaction: for a read, or
+    a write of one statement, without the `BEGIN` before it and the `COMMIT` or `ROLLBACK`
+    after it (two of a one-statement transaction's three round trips). A read sees what it
+    would in a transaction: under READ COMMITTED each statement takes its own snapshot
+    either way. Never for writes that must commit together, nor a lock held between two
+    statements."""
     made = _ONE_STATEMENT.get(sessions)
     if made is None:
         made = _ONE_STATEMENT[sessions] = async_sessionmaker(

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, one_statement
 from app.domain.image_catalogue import DEFAULT
 
 
@@ -29,6 +29,6 @@ async def images_of(sessions: Sessions, task_ids: Collection[str]) -> dict[str, 
     if not task_ids:
         return {}
     query = select(models.Task.id, models.Task.spec).where(models.Task.id.in_(list(task_ids)))
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:  # a worker reads it at every claim
         rows = (await session.execute(query)).all()
     return {task_id: image_name(spec) for task_id, spec in rows}

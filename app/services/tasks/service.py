@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.bus import queue
 from app.config import Settings
 from app.db import models
-from app.db.engine import Sessions
+from app.db.engine import Sessions, one_statement
 from app.domain.resolve import check_inputs, resolve_spec
 from app.domain.trajectory_format import reference_trajectory
 from app.errors import InvalidInput
@@ -169,7 +169,7 @@ async def _by_key(sessions: Sessions, tenant: str, key: str) -> models.Task | No
 
 
 async def get_task(sessions: Sessions, tenant: str, task_id: str) -> TaskOut:
-    async with sessions() as session:
+    async with one_statement(sessions)() as session:  # clients poll it
         return task_out(await find_task(session, tenant, task_id))
 
 
