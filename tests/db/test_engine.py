@@ -5,6 +5,8 @@ connection given back a moment ago is lent without one."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -13,7 +15,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
 from app.db import engine as engine_module
-from app.db.engine import create_engine, create_sessions
+from app.db.engine import Sessions, create_engine, create_sessions
 from app.kit.outage import backend_down
 
 
@@ -22,18 +24,11 @@ def plain_url(database_url: str) -> str:
 
 
 async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: str) -> None:
-    engine = create_engine(clean_db, pool_size=1)
-    sessions = create_sessions(engine)
-    try:
-        async with sessions() as session:
-            pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+    async with pool_of_one(clean_db) as sessions:
+        pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
         await asyncio.sleep(engine_module.PING_BYPASS_S)  # idle in the pool since
-        async with sessions() as session:
-            now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
-        assert now != pid  # a new connection, and no error for the caller
-    finally:
-        await engine.dispose()
+        assert await backend_pid(sessions) != pid  # a new connection, no error for the caller
 
 
 async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
@@ -42,24 +37,31 @@ async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
     """Within `PING_BYPASS_S` of its return a connection is lent unpinged: if it died
     meanwhile, its caller gets the driver's error, an outage (503 in the API), and the
     next caller a new connection."""
-    engine = create_engine(clean_db, pool_size=1)
-    sessions = create_sessions(engine)
-    try:
-        async with sessions() as session:
-            pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
+    async with pool_of_one(clean_db) as sessions:
+        pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
         with pytest.raises(DBAPIError) as failed:
-            async with sessions() as session:
-                await session.execute(text("SELECT 1"))
+            await backend_pid(sessions)
         assert backend_down(failed.value) == "postgres", repr(failed.value)
-        async with sessions() as session:
-            now = (await session.execute(text("SELECT pg_backend_pid()"))).scalar()
-        assert now not in (None, pid)
+        assert await backend_pid(sessions) != pid
+
+
+@asynccontextmanager
+async def pool_of_one(database_url: str) -> AsyncIterator[Sessions]:
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        yield create_sessions(engine)
     finally:
         await engine.dispose()
 
 
-async def terminate(database_url: str, pid: object) -> None:
+async def backend_pid(sessions: Sessions) -> int:
+    async with sessions() as session:
+        pid: int = (await session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+    return pid
+
+
+async def terminate(database_url: str, pid: int) -> None:
     """End a backend, as a Postgres restart or an idle timeout would."""
     killer = await asyncpg.connect(plain_url(database_url))
     try:
