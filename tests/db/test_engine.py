@@ -23,20 +23,23 @@ def plain_url(database_url: str) -> str:
     return database_url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: str) -> None:
+async def test_a_connection_killed_in_the_pool_is_replaced_before_use(
+    clean_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with pool_of_one(clean_db) as sessions:
         pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
-        await asyncio.sleep(engine_module.PING_BYPASS_S)  # idle in the pool since
+        monkeypatch.setattr(engine_module, "PING_BYPASS_S", 0.0)  # idle in the pool since
         assert await backend_pid(sessions) != pid  # a new connection, no error for the caller
 
 
 async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
-    clean_db: str,
+    clean_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Within `PING_BYPASS_S` of its return a connection is lent unpinged: if it died
     meanwhile, its caller gets the driver's error, an outage (503 in the API), and the
     next caller a new connection."""
+    monkeypatch.setattr(engine_module, "PING_BYPASS_S", 60.0)  # however slow the kill
     async with pool_of_one(clean_db) as sessions:
         pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
@@ -90,7 +93,7 @@ async def test_a_new_connection_that_fails_at_once_is_an_outage_to_its_caller(
 
 
 async def test_the_ping_is_one_query_outside_a_transaction_and_only_after_idling(
-    clean_db: str,
+    clean_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What reaches Postgres for one checkout: the ping alone, no BEGIN/ROLLBACK around it;
     and none at all when the connection was given back less than `PING_BYPASS_S` ago."""
@@ -101,6 +104,7 @@ async def test_the_ping_is_one_query_outside_a_transaction_and_only_after_idling
     def log(record: Any) -> None:
         sent.append(record.query)
 
+    monkeypatch.setattr(engine_module, "PING_BYPASS_S", 60.0)  # however slow this machine
     try:
         async with sessions() as session:
             await session.execute(text("SELECT 1"))  # the pool now holds one connection
@@ -113,7 +117,7 @@ async def test_the_ping_is_one_query_outside_a_transaction_and_only_after_idling
         await asyncio.sleep(0.1)  # asyncpg calls its query loggers from the event loop
         assert sent == ["ROLLBACK;", "BEGIN;", "ROLLBACK;"], sent
         sent.clear()
-        await asyncio.sleep(engine_module.PING_BYPASS_S)
+        monkeypatch.setattr(engine_module, "PING_BYPASS_S", 0.0)  # idle in the pool since
         async with sessions() as session:
             await session.execute(text("SELECT 3"))
         await asyncio.sleep(0.1)
