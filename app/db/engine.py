@@ -82,8 +82,11 @@ def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> No
     second try, in an `InvalidRequestError` that is not). Nor is one given back less than
     `PING_BYPASS_S` ago: it worked a moment ago, and if it died since, the caller's own
     statement fails as on a fresh one. For that to hit, Postgres must go down and be back
-    within that half second, and the caller then meets one error (a task's attempt ends
-    `infrastructure` and runs again), not a wrong answer.
+    within that half second; then each caller handed such a connection before the first
+    failure drops the pool's older ones meets one error (503 in the API; a task's attempt
+    ends `infrastructure` and runs again), never a wrong answer. The half second counts
+    from the connection's return, not its last statement: nothing holds a connection idle
+    across a long wait before giving it back.
     """
     if entry.info.pop(FRESH, False):
         return

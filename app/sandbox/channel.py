@@ -92,6 +92,8 @@ class ExecChannel:
             channel = cls(stack, stream, cap_bytes)
             if await channel.wait_ready(READY_TIMEOUT_S):
                 return channel
+            # No python3, or one that cannot start isolated (`-I` ignores PYTHONHOME).
+            log.info("exec channel agent exited before it was ready, using docker exec")
             await channel.close()
         except (DockerError, OSError, RuntimeError) as exc:  # OSError covers TimeoutError
             log.info("exec channel unavailable, using docker exec: %r", exc)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.sandboxes.conftest import create, run
+from tests.sandboxes.conftest import ALICE, create, run
 from tests.support.postgres_trips import PostgresTrips, counting_postgres_trips
 from tests.support.zygote import AppProcess
 
@@ -53,3 +53,8 @@ async def test_a_create_and_a_command_cost_the_api_a_few_round_trips(
         assert len(sent) - pings <= most, (name, sent)
     assert any(sent.startswith("INSERT INTO sandboxes") for sent in created), created
     assert any("INSERT INTO sandbox_commands" in sent for sent in ran), ran
+    log = await api.get(f"/v1/sandboxes/{again['id']}/commands", headers=ALICE)
+    assert [
+        (entry["seq"], entry["command"], entry["argv"], entry["exit_code"])
+        for entry in log.json()["items"]
+    ] == [(1, "echo hi", None, 0)], "the one statement stored the entry and its outcome"

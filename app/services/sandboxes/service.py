@@ -393,8 +393,14 @@ async def log_sent(
         *(literal(value, columns[name].type) for name, value in values.items()), counted.c.commands
     )
     async with one_statement(sessions)() as session:
-        await session.execute(insert(models.SandboxCommandRow).from_select([*values, "seq"], entry))
+        seq = await session.scalar(
+            insert(models.SandboxCommandRow)
+            .from_select([*values, "seq"], entry)
+            .returning(models.SandboxCommandRow.seq)
+        )
         await session.commit()
+    if seq is None:  # no row to count it in: never run a command the log does not hold
+        raise NotFound(f"sandbox {sandbox_id} not found")
 
 
 async def log_ended(
