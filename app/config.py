@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     """Postgres connections each process keeps open (up to 10 more while busy); empty: the
     worker's slots + 4, at least 5. Keep the sum over every API and worker process under
     Postgres's `max_connections` (100 by default)."""
+    database_ping_bypass_s: float = Field(default=defaults.DATABASE_PING_BYPASS_S, ge=0, le=60)
+    """A pooled connection given back less than this long ago is lent without a `SELECT 1`
+    first (HikariCP's `aliveBypassWindowMs`): on a busy path most are, and the ping was one
+    of every transaction's round trips. 0: ping at every checkout (one that died while
+    pooled is then always replaced rather than failing its caller once)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Redis: the task queue and live events."""
     redis_socket_timeout_s: float = Field(default=20.0, ge=2)

@@ -24,6 +24,8 @@ SANDBOX_DEADLINE_S = 4 * 3600.0
 same, so nothing Sandhive starts can outlive everything that could remove it."""
 SANDBOX_RUNTIME = "runc"
 """Docker's own default OCI runtime, present on every daemon."""
+DATABASE_PING_BYPASS_S = 0.5
+"""HikariCP's `aliveBypassWindowMs`, of the same length (`app.db.engine`)."""
 STREAM_CLIENT_BUFFER = 1000
 STREAM_KEEPALIVE_S = 15.0
 API_HEADER_TIMEOUT_S = 10.0

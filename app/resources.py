@@ -35,7 +35,11 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     """
     # A worker's slots each write their steps in their own transactions, all at once.
     pool_size = settings.database_pool_size or max(POOL_SIZE, settings.worker_concurrency + 4)
-    engine = create_engine(settings.database_url, pool_size=pool_size)
+    engine = create_engine(
+        settings.database_url,
+        pool_size=pool_size,
+        ping_bypass_s=settings.database_ping_bypass_s,
+    )
     redis = open_redis(settings)
     try:
         yield Resources(settings, engine, create_sessions(engine), redis)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from datetime import datetime
@@ -18,6 +19,8 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_only
+
+from app import defaults
 
 Sessions = async_sessionmaker[AsyncSession]
 """The session factory every use case receives."""
@@ -37,22 +40,23 @@ FRESH = "sandhive.fresh"
 """A pool entry's `info` key: opened, not lent yet (`info` is cleared when it is replaced)."""
 RETURNED = "sandhive.returned"
 """A pool entry's `info` key: when it was last given back (`time.monotonic()`)."""
-PING_BYPASS_S = 0.5
-"""A connection given back this recently is lent without a ping (`_ping`): HikariCP's
-`aliveBypassWindowMs`, of the same length. On a busy path (a task's steps, a burst of
-requests) most checkouts are, and the ping was one of every transaction's round trips."""
 
 
-def create_engine(database_url: str, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
+def create_engine(
+    database_url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    ping_bypass_s: float = defaults.DATABASE_PING_BYPASS_S,
+) -> AsyncEngine:
     """`pool_size` connections are kept; up to 10 more are opened when busy, and closed as
     soon as they are returned: a pool smaller than what runs at once costs a connect (and
     a Postgres backend's fork) per transaction. A connection lent after it idled in the pool
-    is pinged first (`_ping`), so one that died there (Postgres restarted) is replaced, not
-    failed."""
+    for `ping_bypass_s` or more (`SANDHIVE_DATABASE_PING_BYPASS_S`) is pinged first
+    (`_ping`), so one that died there (Postgres restarted) is replaced, not failed."""
     engine = create_async_engine(database_url, pool_size=pool_size, max_overflow=10)
     event.listen(engine.sync_engine, "connect", _fresh)
     event.listen(engine.sync_engine, "checkin", _returned)
-    event.listen(engine.sync_engine, "checkout", _ping)
+    event.listen(engine.sync_engine, "checkout", functools.partial(_ping, bypass_s=ping_bypass_s))
     return engine
 
 
@@ -62,11 +66,13 @@ def _fresh(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
 
 
 def _returned(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
-    """A connection given back: lent again within `PING_BYPASS_S`, it needs no ping."""
+    """A connection given back: lent again within the ping's bypass, it needs none."""
     entry.info[RETURNED] = time.monotonic()
 
 
-def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
+def _ping(
+    _dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any, *, bypass_s: float
+) -> None:
     """The pool's check of a connection before it lends it: `SELECT 1`, one round trip.
 
     It stands in for SQLAlchemy's `pool_pre_ping`, which with asyncpg is three round trips
@@ -80,18 +86,18 @@ def _ping(_dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> No
     one: if it fails, the caller's own statement fails with the driver's error, which
     `app.kit.outage` knows for an outage (a failed ping there would end, after the pool's
     second try, in an `InvalidRequestError` that is not). Nor is one given back less than
-    `PING_BYPASS_S` ago: it worked a moment ago, and if it died since, the caller's own
-    statement fails as on a fresh one. For that to hit, Postgres must go down and be back
-    within that half second; then each caller handed such a connection before the first
-    failure drops the pool's older ones meets one error (503 in the API; a task's attempt
-    ends `infrastructure` and runs again), never a wrong answer. The half second counts
+    `bypass_s` ago (half a second by default): it worked a moment ago, and if it died since,
+    the caller's own statement fails as on a fresh one. For that to hit, Postgres must go
+    down and be back within that time; then each caller handed such a connection before
+    the first failure drops the pool's older ones meets one error (503 in the API; a task's
+    attempt ends `infrastructure` and runs again), never a wrong answer. The time counts
     from the connection's return, not its last statement: nothing holds a connection idle
     across a long wait before giving it back.
     """
     if entry.info.pop(FRESH, False):
         return
     returned = entry.info.get(RETURNED)
-    if returned is not None and time.monotonic() - returned < PING_BYPASS_S:
+    if returned is not None and time.monotonic() - returned < bypass_s:
         return
     driver = entry.driver_connection
     assert driver is not None, "the pool lends only connections it holds"

@@ -14,7 +14,6 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
-from app.db import engine as engine_module
 from app.db.engine import Sessions, create_engine, create_sessions
 from app.kit.outage import backend_down
 
@@ -23,24 +22,20 @@ def plain_url(database_url: str) -> str:
     return database_url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-async def test_a_connection_killed_in_the_pool_is_replaced_before_use(
-    clean_db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with pool_of_one(clean_db) as sessions:
+async def test_a_connection_killed_in_the_pool_is_replaced_before_use(clean_db: str) -> None:
+    async with pool_of_one(clean_db, ping_bypass_s=0.0) as sessions:  # always pinged
         pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
-        monkeypatch.setattr(engine_module, "PING_BYPASS_S", 0.0)  # idle in the pool since
         assert await backend_pid(sessions) != pid  # a new connection, no error for the caller
 
 
 async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
-    clean_db: str, monkeypatch: pytest.MonkeyPatch
+    clean_db: str,
 ) -> None:
-    """Within `PING_BYPASS_S` of its return a connection is lent unpinged: if it died
+    """Within the bypass of its return a connection is lent unpinged: if it died
     meanwhile, its caller gets the driver's error, an outage (503 in the API), and the
     next caller a new connection."""
-    monkeypatch.setattr(engine_module, "PING_BYPASS_S", 60.0)  # however slow the kill
-    async with pool_of_one(clean_db) as sessions:
+    async with pool_of_one(clean_db, ping_bypass_s=60.0) as sessions:  # however slow the kill
         pid = await backend_pid(sessions)
         await terminate(clean_db, pid)
         with pytest.raises(DBAPIError) as failed:
@@ -50,8 +45,8 @@ async def test_one_killed_right_after_its_use_is_one_outage_error_then_replaced(
 
 
 @asynccontextmanager
-async def pool_of_one(database_url: str) -> AsyncIterator[Sessions]:
-    engine = create_engine(database_url, pool_size=1)
+async def pool_of_one(database_url: str, *, ping_bypass_s: float) -> AsyncIterator[Sessions]:
+    engine = create_engine(database_url, pool_size=1, ping_bypass_s=ping_bypass_s)
     try:
         yield create_sessions(engine)
     finally:
@@ -93,42 +88,38 @@ async def test_a_new_connection_that_fails_at_once_is_an_outage_to_its_caller(
 
 
 async def test_the_ping_is_one_query_outside_a_transaction_and_only_after_idling(
-    clean_db: str, monkeypatch: pytest.MonkeyPatch
+    clean_db: str,
 ) -> None:
     """What reaches Postgres for one checkout: the ping alone, no BEGIN/ROLLBACK around it;
-    and none at all when the connection was given back less than `PING_BYPASS_S` ago."""
-    engine = create_engine(clean_db, pool_size=1)
-    sessions = create_sessions(engine)
+    and none at all when the connection was given back within the bypass."""
+    # The ping on its own; `pool_pre_ping` would have sent BEGIN, ";", ROLLBACK first.
+    assert await second_checkout(clean_db, ping_bypass_s=0.0) == ["SELECT 1", "BEGIN;", "ROLLBACK;"]
+    assert await second_checkout(clean_db, ping_bypass_s=60.0) == ["BEGIN;", "ROLLBACK;"]
+
+
+async def second_checkout(database_url: str, *, ping_bypass_s: float) -> list[str]:
+    """What asyncpg sends as plain queries for a session on a connection just given back."""
     sent: list[str] = []
 
     def log(record: Any) -> None:
         sent.append(record.query)
 
-    monkeypatch.setattr(engine_module, "PING_BYPASS_S", 60.0)  # however slow this machine
-    try:
+    async with pool_of_one(database_url, ping_bypass_s=ping_bypass_s) as sessions:
         async with sessions() as session:
             await session.execute(text("SELECT 1"))  # the pool now holds one connection
             raw = await (await session.connection()).get_raw_connection()
             driver = raw.driver_connection
             assert driver is not None
             driver.add_query_logger(log)
-        async with sessions() as session:
-            await session.execute(text("SELECT 2"))  # lent again at once: no ping
         await asyncio.sleep(0.1)  # asyncpg calls its query loggers from the event loop
-        assert sent == ["ROLLBACK;", "BEGIN;", "ROLLBACK;"], sent
-        sent.clear()
-        monkeypatch.setattr(engine_module, "PING_BYPASS_S", 0.0)  # idle in the pool since
+        sent.clear()  # the first session's end
         async with sessions() as session:
-            await session.execute(text("SELECT 3"))
+            await session.execute(text("SELECT 2"))
         await asyncio.sleep(0.1)
-        # The ping on its own; `pool_pre_ping` would have sent BEGIN, ";", ROLLBACK first.
-        assert sent == ["SELECT 1", "BEGIN;", "ROLLBACK;"], sent
-    finally:
-        await engine.dispose()
+    return sent
 
 
 def test_the_pool_has_no_pre_ping_of_its_own() -> None:
     """`pool_pre_ping` on top of `_ping` would add its three round trips back."""
     engine = create_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")
     assert not engine.sync_engine.pool._pre_ping
-    assert event.contains(engine.sync_engine, "checkout", engine_module._ping)

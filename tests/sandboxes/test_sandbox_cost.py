@@ -23,7 +23,7 @@ COMMAND_TRIPS = 3
 outcome: one statement each; 10 before, 13 with the pool's pings (2026-12-05)."""
 CHECKOUTS = {"create": 2, "command": 3}
 """Connections each takes from the pool: a ping at most for each, and none for one given
-back within `app.db.engine.PING_BYPASS_S`, as here, where requests follow one another."""
+back within `SANDHIVE_DATABASE_PING_BYPASS_S`, as here, where requests follow one another."""
 
 
 @pytest.fixture
