@@ -167,12 +167,21 @@ async def alive(redis: Redis, workers: Collection[str]) -> set[str]:
     return await present(redis, workers, keys.worker_heartbeat)
 
 
+async def worker_names(redis: Redis) -> list[str]:
+    """The workers whose heartbeat is there now, each once (a `SCAN`: it may return a key
+    twice); read their heartbeats after it in one round trip, as one may expire meanwhile."""
+    prefix = keys.worker_heartbeat("")
+    found = [_text(key) async for key in redis.scan_iter(match=f"{prefix}*", count=500)]
+    return [name for name in dict.fromkeys(key[len(prefix) :] for key in found) if name]
+
+
 async def live_images(redis: Redis) -> set[str]:
     """The catalogue images some live worker's heartbeat lists (its daemon has them)."""
-    found_keys = [key async for key in redis.scan_iter(match=keys.worker_heartbeat("*"), count=500)]
-    beats = list(dict.fromkeys(found_keys))  # SCAN may return a key twice
+    names = await worker_names(redis)
+    if not names:
+        return set()
     found: set[str] = set()
-    for value in await redis.mget(beats) if beats else []:
+    for value in await redis.mget([keys.worker_heartbeat(name) for name in names]):
         if value is not None:  # expired since the SCAN
             found.update(str(name) for name in json.loads(value).get("images", []))
     return found

@@ -93,13 +93,7 @@ async def list_workers(redis: Redis) -> list[WorkerInfo]:
     """Every worker whose heartbeat is alive, by name: a `SCAN` for their heartbeats, then
     all of them and their drain flags in one round trip (a sandbox's or an episode's
     placement reads this on every create)."""
-    prefix = keys.worker_heartbeat("")
-    found_keys = [
-        raw.decode() if isinstance(raw, bytes) else str(raw)
-        async for raw in redis.scan_iter(match=f"{prefix}*", count=500)
-    ]
-    # SCAN may return a key twice.
-    names = [name for name in dict.fromkeys(key[len(prefix) :] for key in found_keys) if name]
+    names = await leases.worker_names(redis)
     if not names:
         return []
     async with redis.pipeline(transaction=False) as pipe:

@@ -392,13 +392,12 @@ async def log_sent(
     entry = select(
         *(literal(value, columns[name].type) for name, value in values.items()), counted.c.commands
     )
-    async with one_statement(sessions)() as session:
+    async with one_statement(sessions).begin() as session:
         seq = await session.scalar(
             insert(models.SandboxCommandRow)
             .from_select([*values, "seq"], entry)
             .returning(models.SandboxCommandRow.seq)
         )
-        await session.commit()
     if seq is None:  # no row to count it in: never run a command the log does not hold
         raise NotFound(f"sandbox {sandbox_id} not found")
 
@@ -412,13 +411,12 @@ async def log_ended(
     duration_ms: int,
 ) -> None:
     """The command's outcome, in its log entry."""
-    async with one_statement(sessions)() as session:
+    async with one_statement(sessions).begin() as session:
         await session.execute(
             update(models.SandboxCommandRow)
             .where(models.SandboxCommandRow.id == command_id)
             .values(exit_code=exit_code, timed_out=timed_out, duration_ms=duration_ms)
         )
-        await session.commit()
 
 
 async def commands(
