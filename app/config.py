@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     """Tasks one worker runs at once."""
     worker_name: str | None = None
     """Worker id (container label, Redis consumer); unset: `<hostname>-<pid>`."""
+    worker_event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """The worker's event loop: `uvloop` (libuv, as uvicorn runs the API) spends less CPU per
+    step on its sockets than the standard library's `asyncio` loop (docs/performance.md);
+    `asyncio` is there to rule the loop out when chasing a fault."""
     sandbox_image: str = "sandhive-sandbox:latest"
     """Image of the sandboxes, built from `Dockerfile.sandbox`: the catalogue's `default`."""
     sandbox_images_file: Path | None = None

@@ -435,14 +435,20 @@ def bench_env(
     return env
 
 
-def on_scratch_database(prefix: str, run: Callable[[str, Path], Coroutine[Any, Any, T]]) -> T:
+def on_scratch_database(
+    prefix: str,
+    run: Callable[[str, Path], Coroutine[Any, Any, T]],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
     """`run(database_url, log_dir)` on a scratch database, dropped afterwards; the logs are
-    removed when it succeeds and named on stderr when it fails."""
+    removed when it succeeds and named on stderr when it fails. `loop_factory`: the event
+    loop `run` gets (None: the standard library's)."""
     name = f"sandhive_bench_{os.getpid()}"
     database_url = create_database(name)
     log_dir = Path(tempfile.mkdtemp(prefix=f"sandhive-bench-{prefix}-"))
     try:
-        result = asyncio.run(run(database_url, log_dir))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            result = runner.run(run(database_url, log_dir))
         shutil.rmtree(log_dir)
         return result
     except Exception:

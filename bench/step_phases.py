@@ -1,7 +1,7 @@
 """Where one agent step's wall time goes, by phase, through the whole service.
 
     SANDHIVE_BENCH_REDIS_URL=redis://127.0.0.1:6379/1 .venv/bin/python bench/step_phases.py
-        [--tasks 10] [--steps 10]
+        [--tasks 10] [--steps 10] [--loop uvloop|asyncio]
 
 The API runs as a process of its own and the scripted model in another (bench/service.py,
 TCP_NODELAY, instant answers: K-1 `execute_bash` of `true`, then `submit`); the worker runs
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 from redis.asyncio import Redis
 
 from app.agent import loop
@@ -182,12 +183,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the worker's event loop (SANDHIVE_WORKER_EVENT_LOOP; the API's is uvicorn's)",
+    )
     args = parser.parse_args()
 
     async def run(database_url: str, log_dir: Path) -> None:
         await measure(args, database_url, log_dir)
 
-    on_scratch_database("phases", run)
+    on_scratch_database("phases", run, uvloop.new_event_loop if args.loop == "uvloop" else None)
 
 
 if __name__ == "__main__":

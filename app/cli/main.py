@@ -31,6 +31,8 @@ cli.add_typer(experiment_cli, name="experiment")  # app/cli/experiment.py (docs/
 console = Console()
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.clients import demo as demo_client
 
 
@@ -85,11 +87,23 @@ def worker(
         pool.install_signal_handlers()
         await pool.run(burst=burst)
 
-    with serving(settings) as served:  # the `scripted` profile's server, when it is on
-        asyncio.run(_main(served))
+    with (
+        serving(settings) as served,
+        asyncio.Runner(loop_factory=_loop_factory(settings)) as runner,
+    ):
+        runner.run(_main(served))  # served: the `scripted` profile's server, when it is on
     # Exiting now: spare the interpreter's last garbage collection a walk over every object,
     # a few hundred ms on a busy host and otherwise most of an idle worker's exit.
     gc.freeze()
+
+
+def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop unless told otherwise: None is asyncio.Runner's own (the standard library's)."""
+    if settings.worker_event_loop == "asyncio":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
 
 
 @cli.command()

@@ -160,7 +160,8 @@ class Worker:
         chores.start(s.experiment_tick_s, "scoring", lambda: scoring.score_waiting(ctx))
         chores.start(s.webhook_poll_s, "webhooks", lambda: webhook_sender.send_due(ctx.sessions, s))
         metrics.SLOTS.set(s.worker_concurrency)
-        log.info("worker %s ready with %d slots", self.name, s.worker_concurrency)
+        loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop or asyncio
+        log.info("worker %s ready with %d slots on %s", self.name, s.worker_concurrency, loop)
         episodes = EpisodeServer(ctx, self.stopping, lambda: self._present_images())
         files = FileServer(ctx, self.running)
         self.builder = Builder(ctx)

@@ -6,6 +6,7 @@ deployment and deploy/env.example keep it off.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import uvloop
 from typer.testing import CliRunner
 
 from app import logs
@@ -35,6 +37,7 @@ def bare_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPa
 
 class FakeWorker:
     seen: ClassVar[list[Settings]] = []
+    loops: ClassVar[list[type[asyncio.AbstractEventLoop]]] = []
 
     def __init__(self, settings: Settings, readiness: Any = None) -> None:
         FakeWorker.seen.append(settings)
@@ -43,7 +46,7 @@ class FakeWorker:
         pass
 
     async def run(self, *, burst: bool = False) -> None:
-        pass
+        FakeWorker.loops.append(type(asyncio.get_running_loop()))
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -84,6 +87,20 @@ def test_worker_warns_and_serves_the_scripted_profile_itself(
     scripted = FakeWorker.seen[-1].llm_profiles()["scripted"]
     assert scripted.scripted
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", scripted.base_url), "its own server"
+
+
+def test_the_worker_runs_on_uvloop_unless_told_asyncio(bare_env: pytest.MonkeyPatch) -> None:
+    import app.worker.pool
+
+    bare_env.setattr(app.worker.pool, "Worker", FakeWorker)
+    FakeWorker.loops.clear()
+    assert CliRunner().invoke(cli.cli, ["worker", "--burst"]).exit_code == 0
+    bare_env.setenv("SANDHIVE_WORKER_EVENT_LOOP", "asyncio")
+    assert CliRunner().invoke(cli.cli, ["worker", "--burst"]).exit_code == 0
+    default, told = FakeWorker.loops
+    assert issubclass(default, uvloop.Loop)
+    assert not issubclass(told, uvloop.Loop)
+    assert told.__module__.startswith("asyncio.")
 
 
 def test_the_scripted_profile_is_off_by_default_and_in_the_deployment(

@@ -201,3 +201,4 @@ def test_worker_readyz_goes_503_while_its_docker_is_away_and_200_when_back(
         worker.terminate()
         worker.wait(timeout=30)
     assert "readiness of docker: failed" in log.read_text(), "the outage is logged"
+    assert " slots on uvloop" in log.read_text(), "the worker's default event loop"
