@@ -95,7 +95,7 @@ def instrument(spans: Spans) -> None:
     OpenAIChatModel._attempt = timed(spans, "exchange", OpenAIChatModel._attempt)  # type: ignore[method-assign]
     OpenAIChatModel._parse = timed(spans, "parse", OpenAIChatModel._parse)  # type: ignore[method-assign]
     OpenAIChatModel.build_body = timed(spans, "build", OpenAIChatModel.build_body)  # type: ignore[method-assign]
-    loop.run_tool = timed(spans, "tool", loop.run_tool)
+    loop.run_tool = timed(spans, "tool", loop.run_tool)  # type: ignore[attr-defined]
     ExecChannel.exec = timed(spans, "channel", ExecChannel.exec)  # type: ignore[method-assign]
     for name in ("step_completed", "step_started", "live"):
         setattr(sink.TaskSink, name, timed(spans, "sink", getattr(sink.TaskSink, name)))
