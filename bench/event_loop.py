@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import asyncpg
 import uvloop
 from redis.asyncio import Redis
 
-ADMIN_URL = os.environ.get(
-    "SANDHIVE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-REDIS_URL = os.environ.get("SANDHIVE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stream_latency import ADMIN_URL, REDIS_URL
+
 KEY = "sandhive-bench-event-loop"
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {
     "asyncio": None,  # asyncio.Runner's own

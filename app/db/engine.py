@@ -88,9 +88,9 @@ def _ping(
     second try, in an `InvalidRequestError` that is not). Nor is one given back less than
     `bypass_s` ago (half a second by default): it worked a moment ago, and if it died since,
     the caller's own statement fails as on a fresh one. For that to hit, Postgres must go
-    down and be back within that time; then each caller handed such a connection before
-    the first failure drops the pool's older ones meets one error (503 in the API; a task's
-    attempt ends `infrastructure` and runs again), never a wrong answer. The time counts
+    down and be back within that time. Then each caller lent such a connection meets one
+    error (503 in the API; a task's attempt ends `infrastructure` and runs again), never a
+    wrong answer, until the first failure makes the pool drop its older connections. The time counts
     from the connection's return, not its last statement: nothing holds a connection idle
     across a long wait before giving it back.
     """

@@ -24,6 +24,7 @@ from app.ids import utc_now
 from app.services.admin import service as admin
 from tests.support.private_redis_fixtures import private_redis_url  # noqa: F401 (a fixture)
 from tests.support.processes import settings_env
+from tests.support.redis_commands import commands_run
 from tests.support.rows import insert_artifact, insert_task
 
 
@@ -69,11 +70,6 @@ async def test_workers_are_read_in_a_few_commands_however_many_there_are(
     assert [w.name for w in found if w.draining] == ["w-07"]
     assert images == {f"img-{n}" for n in range(20)}
     assert ran <= 5, f"{ran} commands for 20 workers (two SCANs, three MGETs)"
-
-
-async def commands_run(client: Redis) -> int:
-    stats = await client.info("commandstats")
-    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 def test_workers_command_prints_them(settings: Settings, redis: Redis) -> None:

@@ -21,6 +21,7 @@ from app.config import Settings
 from app.scripted import Script, ScriptedLLMServer, Turn
 from app.worker.pool import Worker
 from tests.api.conftest import serve
+from tests.support.redis_commands import commands_run
 
 STATEMENTS_PER_STEP = 1.9
 """Postgres statements per step: 1.0 on an idle machine (2026-12-05: the step's one
@@ -49,11 +50,6 @@ def statements() -> Iterator[Statements]:
     event.remove(Engine, "before_cursor_execute", counter)
 
 
-async def redis_commands(redis: Redis) -> int:
-    stats: dict[str, Any] = await redis.info("commandstats")
-    return sum(int(entry["calls"]) for entry in stats.values())
-
-
 async def cost_of_a_task(
     steps: int,
     settings: Settings,
@@ -69,9 +65,9 @@ async def cost_of_a_task(
     body = {"prompt": "p", "llm": {"model": model}, "limits": {"max_steps": steps + 1}}
     created = await api.post("/v1/tasks", json=body)
     assert created.status_code == 202, created.text
-    before = (statements.count, await redis_commands(redis))
+    before = (statements.count, await commands_run(redis))
     await Worker(settings).run(burst=True)
-    after = (statements.count, await redis_commands(redis) - 1)  # less this INFO
+    after = (statements.count, await commands_run(redis) - 1)  # less this INFO
     task = (await api.get(f"/v1/tasks/{created.json()['id']}")).json()
     assert (task["status"], task["usage"]["steps"]) == ("succeeded", steps), task
     return after[0] - before[0], after[1] - before[1]
